@@ -1,0 +1,841 @@
+"""The record accumulator (compiled as kipproducer._accumulator).
+
+Records are encoded straight into one open RecordBatch per (topic, partition). A batch closes
+when it is full (batch.size bytes or batch.num.messages records), when it is older than
+linger.ms at drain time, or when the next record's explicit offset is not the previous one + 1:
+a batch only ever holds consecutive offsets (KIP-391), because Kafka derives a batch's sequence
+range and offset range from the same lastOffsetDelta.
+
+Idempotent sequences are assigned per partition when a batch is drained, as Kafka's Java client
+does: the base sequence is the partition's next sequence, which then moves on by the record
+count and wraps from 2**31-1 to 0. A re-enqueued (retried) batch keeps its sequence; after an
+epoch bump sequences restart at 0 and batches still to send are re-stamped.
+
+See kipproducer.accumulator for the documented Python API.
+"""
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.object cimport PyObject
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t
+from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
+
+from batch_layout cimport (
+    BASE_SEQUENCE_POS, BATCH_HEADER_SIZE, CRC_POS, PRODUCER_EPOCH_POS, PRODUCER_ID_POS,
+    ATTRIBUTES_POS, TRANSACTIONAL_FLAG, increment_sequence, put_i16, put_i32, put_i64, put_u32,
+)
+from batch_writer cimport BatchFields, write_batch_header
+from crc32c_c cimport kip_crc32c
+from record_writer cimport (
+    Blob, ByteBuf, blob_from, blob_release, bytebuf_free, bytebuf_reserve, header_items,
+    headers_wire_size, record_body_size, write_headers, write_record_head,
+)
+from varint cimport varint_size
+
+from collections import deque
+
+import numpy as np
+
+from kipproducer.compression import CODEC_NAMES, codec_id
+from kipproducer.compression import compress as _compress
+from kipproducer.errors import OffsetOrderError, QueueFullError
+
+cdef extern from "Python.h":
+    PyObject **PySequence_Fast_ITEMS(object o)
+
+cdef enum:
+    MODE_ASSIGN = 0        # broker assigns offsets; batch baseOffset 0
+    MODE_USE_OFFSETS = 1   # explicit source offsets (KIP-391)
+
+# Largest record framing before key/value/headers (Kafka's MAX_RECORD_OVERHEAD) plus the
+# worst-case varints of key and value lengths: used to reserve room before writing.
+cdef enum:
+    RECORD_RESERVE = 21 + 10
+
+
+cdef inline int64_t clock_ms(int which) noexcept nogil:
+    cdef timespec ts
+    clock_gettime(which, &ts)
+    return <int64_t>ts.tv_sec * 1000 + ts.tv_nsec // 1000000
+
+
+def monotonic_ms():
+    """The clock linger.ms is measured on (milliseconds, CLOCK_MONOTONIC)."""
+    return clock_ms(CLOCK_MONOTONIC)
+
+
+cdef class ProducerBatch:
+    """A closed batch: its bytes (buffer protocol, zero copy) plus what the sender needs.
+
+    ``data`` is valid once the batch has been drained (header, sequence and CRC written).
+    """
+    cdef ByteBuf buf                 # header (61 bytes) + records, compressed once finished
+    cdef Py_ssize_t records_size     # uncompressed records bytes (memory accounting)
+    cdef readonly str topic
+    cdef readonly int32_t partition
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t record_count
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly bint offsets_explicit
+    cdef readonly bint transactional
+    cdef readonly int64_t created_ms
+    cdef readonly int64_t first_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly list opaques       # per-record opaque values, or None when none was given
+    cdef readonly bint finished
+    cdef public int attempts         # for the sender: how many times it was sent
+    cdef int codec
+    cdef Py_ssize_t _exports
+
+    def __cinit__(self):
+        self.buf.data = NULL
+        self.buf.size = 0
+        self.buf.capacity = 0
+        self.base_sequence = -1
+        self.producer_id = -1
+        self.producer_epoch = -1
+
+    def __dealloc__(self):
+        bytebuf_free(&self.buf)
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if not self.finished:
+            raise BufferError("a batch has no bytes until it is drained")
+        view.buf = self.buf.data
+        view.len = self.buf.size
+        view.readonly = 1
+        view.itemsize = 1
+        view.format = NULL
+        view.ndim = 1
+        view.shape = NULL
+        view.strides = NULL
+        view.suboffsets = NULL
+        view.internal = NULL
+        view.obj = self
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self._exports -= 1
+
+    @property
+    def data(self):
+        """The finished batch as a read-only memoryview (no copy)."""
+        return memoryview(self)
+
+    @property
+    def size(self):
+        return self.buf.size
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.record_count - 1
+
+    @property
+    def last_sequence(self):
+        if self.base_sequence < 0:
+            return -1
+        return increment_sequence(self.base_sequence, self.record_count - 1)
+
+    @property
+    def compression(self):
+        return CODEC_NAMES.get(self.codec)
+
+    def __len__(self):
+        return self.record_count
+
+    def __repr__(self):
+        return (f"ProducerBatch({self.topic!r}, {self.partition}, base_offset={self.base_offset}, "
+                f"records={self.record_count}, base_sequence={self.base_sequence}, "
+                f"size={self.buf.size}, finished={self.finished})")
+
+    cdef int _finish(self, BatchFields *f) except -1:
+        """Compress (first time only) and write header + CRC in place."""
+        cdef bytes packed
+        cdef Py_ssize_t n
+        if self._exports:
+            raise BufferError("cannot re-stamp a batch whose bytes are being read")
+        if not self.finished and self.codec:
+            packed = _compress(self.codec, self.buf.data[BATCH_HEADER_SIZE:self.buf.size])
+            n = PyBytes_GET_SIZE(packed)
+            self.buf.size = BATCH_HEADER_SIZE
+            bytebuf_reserve(&self.buf, n)
+            memcpy(self.buf.data + BATCH_HEADER_SIZE, PyBytes_AS_STRING(packed), n)
+            self.buf.size = BATCH_HEADER_SIZE + n
+        write_batch_header(self.buf.data, f, self.buf.size)
+        self.finished = True
+        return 0
+
+
+cdef class PartitionState:
+    """Everything the accumulator knows about one (topic, partition)."""
+    cdef readonly str topic
+    cdef readonly int32_t partition
+    # the open batch
+    cdef ByteBuf buf
+    cdef int32_t count
+    cdef int mode
+    cdef int64_t base_offset
+    cdef int64_t base_ts
+    cdef int64_t max_ts
+    cdef int64_t opened_ms
+    cdef list opaques
+    # explicit offsets: the last one appended, for the strictly-increasing rule
+    cdef readonly int64_t last_offset
+    # closed batches, oldest first
+    cdef object ready
+    # idempotence: the sequence the next drained batch gets
+    cdef readonly int32_t next_sequence
+
+    def __cinit__(self, str topic, int32_t partition):
+        self.topic = topic
+        self.partition = partition
+        self.buf.data = NULL
+        self.buf.size = 0
+        self.buf.capacity = 0
+        self.last_offset = -1
+        self.ready = deque()
+
+    def __dealloc__(self):
+        bytebuf_free(&self.buf)
+
+    @property
+    def open_records(self):
+        return self.count
+
+    @property
+    def ready_batches(self):
+        return len(self.ready)
+
+
+cdef class RecordAccumulator:
+    """Per-partition batching of records into RecordBatch v2 bytes. See kipproducer.accumulator."""
+    cdef readonly Py_ssize_t batch_size
+    cdef readonly int32_t batch_num_messages
+    cdef readonly int64_t linger_ms
+    cdef readonly Py_ssize_t max_bytes
+    cdef readonly Py_ssize_t max_messages
+    cdef readonly int codec
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly bint transactional
+    cdef readonly Py_ssize_t buffered_bytes
+    cdef readonly Py_ssize_t buffered_messages
+    cdef dict _topics                  # topic -> list of PartitionState (index = partition)
+    cdef str _last_topic
+    cdef int32_t _last_partition
+    cdef PartitionState _last_state
+
+    def __init__(self, *, Py_ssize_t batch_size=1000000, int32_t batch_num_messages=10000,
+                 double linger_ms=5, Py_ssize_t max_bytes=1048576 * 1024,
+                 Py_ssize_t max_messages=100000, compression=None, int64_t producer_id=-1,
+                 int producer_epoch=-1, bint transactional=False):
+        if batch_size < BATCH_HEADER_SIZE + 1:
+            raise ValueError(f"batch_size must be at least {BATCH_HEADER_SIZE + 1} bytes")
+        if batch_num_messages < 1:
+            raise ValueError("batch_num_messages must be at least 1")
+        if linger_ms < 0:
+            raise ValueError("linger_ms must not be negative")
+        if max_bytes < 1 or max_messages < 1:
+            raise ValueError("max_bytes and max_messages must be positive")
+        self.batch_size = batch_size
+        self.batch_num_messages = batch_num_messages
+        self.linger_ms = <int64_t>linger_ms
+        self.max_bytes = max_bytes
+        self.max_messages = max_messages
+        self.codec = codec_id(compression)
+        self.transactional = transactional
+        self._topics = {}
+        self._last_topic = None
+        self.set_producer(producer_id, producer_epoch)
+
+    # ---- producer identity ---------------------------------------------------------------
+
+    def set_producer(self, int64_t producer_id, int producer_epoch):
+        """Set the idempotent producer id/epoch; every partition's sequence restarts at 0.
+
+        Batches not yet drained (including re-enqueued ones) are stamped with the new identity
+        and fresh sequences when drained.
+        """
+        cdef PartitionState st
+        if not -32768 <= producer_epoch <= 32767:
+            raise OverflowError(f"producer_epoch {producer_epoch} does not fit int16")
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        for states in self._topics.values():
+            for st in states:
+                if st is not None:
+                    st.next_sequence = 0
+
+    # ---- partition lookup ----------------------------------------------------------------
+
+    cdef PartitionState _state(self, str topic, int32_t partition):
+        cdef list states
+        cdef PartitionState st
+        if partition == self._last_partition and topic is self._last_topic:
+            return self._last_state
+        if partition < 0:
+            raise ValueError(f"partition must be >= 0, not {partition}")
+        states = self._topics.get(topic)
+        if states is None:
+            if not isinstance(topic, str) or not topic:
+                raise TypeError("topic must be a non-empty str")
+            states = []
+            self._topics[topic] = states
+        while len(states) <= partition:
+            states.append(None)
+        st = states[partition]
+        if st is None:
+            st = PartitionState(topic, partition)
+            states[partition] = st
+        self._last_topic = topic
+        self._last_partition = partition
+        self._last_state = st
+        return st
+
+    def partition_state(self, str topic, int32_t partition):
+        return self._state(topic, partition)
+
+    # ---- appending -----------------------------------------------------------------------
+
+    cdef int _close(self, PartitionState st) except -1:
+        """Move the open batch to the partition's ready queue."""
+        cdef ProducerBatch b
+        if st.count == 0:
+            return 0
+        b = ProducerBatch.__new__(ProducerBatch)
+        b.buf = st.buf                      # ownership moves to the batch
+        st.buf.data = NULL
+        st.buf.size = 0
+        st.buf.capacity = 0
+        b.records_size = b.buf.size - BATCH_HEADER_SIZE
+        b.topic = st.topic
+        b.partition = st.partition
+        b.base_offset = st.base_offset if st.mode == MODE_USE_OFFSETS else 0
+        b.offsets_explicit = st.mode == MODE_USE_OFFSETS
+        b.record_count = st.count
+        b.created_ms = st.opened_ms
+        b.first_timestamp = st.base_ts
+        b.max_timestamp = st.max_ts
+        b.opaques = st.opaques
+        b.codec = self.codec
+        b.transactional = self.transactional
+        st.opaques = None
+        st.count = 0
+        st.ready.append(b)
+        return 0
+
+    cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
+                                  int64_t timestamp, bint has_offset, int64_t offset) noexcept:
+        """The common case, with no Python objects: a record with no headers or opaque that
+        continues the open batch and fits it. Returns False to send the caller to _append."""
+        cdef int64_t ts_delta
+        cdef Py_ssize_t body, wire
+        cdef unsigned char *p
+        if st.count == 0 or st.count >= self.batch_num_messages or st.opaques is not None:
+            return False
+        if has_offset:
+            if st.mode != MODE_USE_OFFSETS or offset != st.base_offset + st.count:
+                return False
+        elif st.mode != MODE_ASSIGN:
+            return False
+        ts_delta = timestamp - st.base_ts
+        body = record_body_size(ts_delta, st.count, key, value, 1)
+        wire = varint_size(body) + body
+        if (st.buf.size + wire > self.batch_size or st.buf.size + wire > st.buf.capacity
+                or self.buffered_messages >= self.max_messages
+                or self.buffered_bytes + wire > self.max_bytes):
+            return False
+        p = write_record_head(st.buf.data + st.buf.size, body, ts_delta, st.count, key, value)
+        p[0] = 0  # no headers
+        st.buf.size = p + 1 - st.buf.data
+        if timestamp > st.max_ts:
+            st.max_ts = timestamp
+        st.count += 1
+        if has_offset:
+            st.last_offset = offset
+        self.buffered_bytes += wire
+        self.buffered_messages += 1
+        return True
+
+    cdef int _append(self, PartitionState st, Blob *key, Blob *value, object headers,
+                     int64_t timestamp, bint has_offset, int64_t offset, object opaque) except -1:
+        """Append one record; returns 1, or 0 when the buffer bounds are reached."""
+        cdef Py_ssize_t hsize = 1, hcount = 0, body, wire
+        cdef int mode = MODE_USE_OFFSETS if has_offset else MODE_ASSIGN
+        cdef unsigned char *p
+        cdef int64_t ts_delta
+        if has_offset:
+            if offset < 0:
+                raise ValueError(f"offset must be >= 0, not {offset}")
+            if offset <= st.last_offset:
+                raise OffsetOrderError(
+                    f"{st.topic}[{st.partition}]: offset {offset} does not follow offset "
+                    f"{st.last_offset}; explicit offsets must strictly increase per partition")
+        if headers is not None:
+            hsize = headers_wire_size(headers, &hcount)
+        # A new batch starts on a mode change, an offset gap, or when this record won't fit.
+        if st.count:
+            if (mode != st.mode
+                    or (has_offset and offset != st.base_offset + st.count)
+                    or st.count >= self.batch_num_messages):
+                self._close(st)
+        ts_delta = timestamp - st.base_ts if st.count else 0
+        body = record_body_size(ts_delta, st.count, key, value, hsize)
+        wire = varint_size(body) + body
+        if st.count and st.buf.size + wire > self.batch_size:
+            self._close(st)
+            ts_delta = 0
+            body = record_body_size(0, 0, key, value, hsize)
+            wire = varint_size(body) + body
+        if (self.buffered_messages >= self.max_messages
+                or (self.buffered_bytes + wire > self.max_bytes and self.buffered_messages)):
+            return 0
+        if st.count == 0:
+            # Room for a typical full batch up front, so the buffer rarely grows (and copies).
+            bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
+            st.buf.size = BATCH_HEADER_SIZE
+            st.mode = mode
+            st.base_offset = offset if has_offset else 0
+            st.base_ts = timestamp
+            st.max_ts = timestamp
+            st.opened_ms = clock_ms(CLOCK_MONOTONIC)
+        else:
+            bytebuf_reserve(&st.buf, wire)
+            if timestamp > st.max_ts:
+                st.max_ts = timestamp
+        p = write_record_head(st.buf.data + st.buf.size, body, ts_delta, st.count, key, value)
+        if headers is None:
+            p[0] = 0
+            p += 1
+        else:
+            p = write_headers(p, headers, hcount)
+        st.buf.size = p - st.buf.data
+        if opaque is not None and st.opaques is None:
+            st.opaques = [None] * st.count
+        if st.opaques is not None:
+            st.opaques.append(opaque)
+        st.count += 1
+        if has_offset:
+            st.last_offset = offset
+        self.buffered_bytes += wire
+        self.buffered_messages += 1
+        return 1
+
+    def append(self, str topic not None, int32_t partition, key, value, headers=None, timestamp=None,
+               offset=None, opaque=None):
+        """Append one record. Raises QueueFullError (a BufferError) when the bounds are reached."""
+        cdef PartitionState st = self._state(topic, partition)
+        cdef Blob kb, vb
+        cdef int64_t ts = clock_ms(CLOCK_REALTIME) if timestamp is None else timestamp
+        cdef int added
+        if headers is not None:
+            headers = header_items(headers)
+        blob_from(key, &kb, "key")
+        try:
+            blob_from(value, &vb, "value")
+        except BaseException:
+            blob_release(&kb)
+            raise
+        try:
+            if headers is None and opaque is None and self._append_fast(
+                    st, &kb, &vb, ts, offset is not None, 0 if offset is None else offset):
+                added = 1
+            elif offset is None:
+                added = self._append(st, &kb, &vb, headers, ts, False, 0, opaque)
+            else:
+                added = self._append(st, &kb, &vb, headers, ts, True, offset, opaque)
+        finally:
+            blob_release(&kb)
+            blob_release(&vb)
+        if not added:
+            raise QueueFullError(
+                f"producer queue is full ({self.buffered_messages} messages, "
+                f"{self.buffered_bytes} bytes buffered): poll() or flush() to send, or raise "
+                "queue.buffering.max.messages / queue.buffering.max.kbytes")
+
+    def append_arrays(self, str topic not None, partition, values, keys=None, timestamps=None,
+                      offsets=None, headers=None):
+        """Append many records from columns with no per-record Python work; see accumulator.py.
+
+        Returns how many records were appended: fewer than given when the buffer bounds were
+        reached (append the rest after poll()/flush()).
+        """
+        cdef Column vcol, kcol
+        cdef Py_ssize_t n, i, appended = 0
+        cdef const int64_t[::1] ts_arr
+        cdef const int64_t[::1] off_arr
+        cdef const int32_t[::1] part_arr
+        cdef bint has_ts = timestamps is not None
+        cdef bint has_off = offsets is not None
+        cdef bint per_record_part = False
+        cdef bint per_record_headers = False
+        cdef int32_t part = 0
+        cdef int64_t now = clock_ms(CLOCK_REALTIME)
+        cdef int64_t ts, off
+        cdef Blob kb, vb
+        cdef PartitionState st
+        cdef object shared_headers = None
+        cdef list header_list = None
+        kb.has_view = False
+        vb.has_view = False
+        column_init(&vcol)
+        column_init(&kcol)
+        holders = []
+        try:
+            n = column_open(&vcol, values, holders, "values")
+            if keys is not None:
+                if column_open(&kcol, keys, holders, "keys") != n:
+                    raise ValueError("keys and values must have the same length")
+            if has_ts:
+                ts_arr = np.ascontiguousarray(timestamps, dtype=np.int64)
+                if ts_arr.shape[0] != n:
+                    raise ValueError("timestamps and values must have the same length")
+            if has_off:
+                off_arr = np.ascontiguousarray(offsets, dtype=np.int64)
+                if off_arr.shape[0] != n:
+                    raise ValueError("offsets and values must have the same length")
+            if isinstance(partition, int):
+                part = partition
+            else:
+                part_arr = np.ascontiguousarray(partition, dtype=np.int32)
+                if part_arr.shape[0] != n:
+                    raise ValueError("partition array and values must have the same length")
+                per_record_part = True
+            if headers is not None:
+                if isinstance(headers, dict):
+                    shared_headers = header_items(headers)
+                else:
+                    header_list = list(headers)
+                    if len(header_list) == n and n and (
+                            header_list[0] is None or isinstance(header_list[0], (list, dict))):
+                        per_record_headers = True
+                    else:
+                        shared_headers = header_list
+                        header_list = None
+            if not per_record_part:
+                st = self._state(topic, part)
+            for i in range(n):
+                if per_record_part:
+                    st = self._state(topic, part_arr[i])
+                column_get(&vcol, i, &vb)
+                if keys is not None:
+                    column_get(&kcol, i, &kb)
+                else:
+                    kb.ptr = NULL
+                    kb.size = -1
+                ts = ts_arr[i] if has_ts else now
+                off = off_arr[i] if has_off else 0
+                if per_record_headers:
+                    h = header_list[i]
+                    h = None if h is None else header_items(h)
+                elif shared_headers is None:
+                    if self._append_fast(st, &kb, &vb, ts, has_off, off):
+                        appended += 1
+                        continue
+                    h = None
+                else:
+                    h = shared_headers
+                if not self._append(st, &kb, &vb, h, ts, has_off, off, None):
+                    break
+                appended += 1
+        finally:
+            column_close(&vcol)
+            column_close(&kcol)
+        return appended
+
+    # ---- draining ------------------------------------------------------------------------
+
+    def drain(self, now_ms=None, *, bint flush=False, partitions=None):
+        """Close batches that are ready and hand them out finished (bytes, sequence, CRC).
+
+        A batch is ready when full, when its partition has later batches, when it is at least
+        linger.ms old, or always with flush=True. partitions optionally limits the drain to a
+        set of (topic, partition) pairs. Batches come out oldest first within a partition.
+        """
+        cdef int64_t now = clock_ms(CLOCK_MONOTONIC) if now_ms is None else now_ms
+        cdef PartitionState st
+        cdef ProducerBatch b
+        cdef list out = []
+        for states in self._topics.values():
+            for st in states:
+                if st is None:
+                    continue
+                if partitions is not None and (st.topic, st.partition) not in partitions:
+                    continue
+                if st.count and (flush or now - st.opened_ms >= self.linger_ms):
+                    self._close(st)
+                while st.ready:
+                    b = st.ready.popleft()
+                    self._stamp(st, b)
+                    out.append(b)
+        return out
+
+    cdef int _stamp(self, PartitionState st, ProducerBatch b) except -1:
+        cdef BatchFields f
+        cdef bint restamp = (b.producer_id != self.producer_id
+                             or b.producer_epoch != self.producer_epoch)
+        if b.finished and not restamp:
+            return 0
+        if self.producer_id >= 0:
+            if restamp or b.base_sequence < 0:
+                b.base_sequence = st.next_sequence
+                st.next_sequence = increment_sequence(st.next_sequence, b.record_count)
+        else:
+            b.base_sequence = -1
+        b.producer_id = self.producer_id
+        b.producer_epoch = self.producer_epoch
+        f.base_offset = b.base_offset
+        f.partition_leader_epoch = -1
+        f.attributes = b.codec | (TRANSACTIONAL_FLAG if b.transactional else 0)
+        f.last_offset_delta = b.record_count - 1
+        f.base_timestamp = b.first_timestamp
+        f.max_timestamp = b.max_timestamp
+        f.producer_id = b.producer_id
+        f.producer_epoch = <int16_t>b.producer_epoch
+        f.base_sequence = b.base_sequence
+        f.records_count = b.record_count
+        b._finish(&f)
+        return 0
+
+    def reenqueue(self, ProducerBatch batch):
+        """Put a drained batch back for a retry, ahead of newer batches; it keeps its sequence."""
+        cdef PartitionState st = self._state(batch.topic, batch.partition)
+        cdef Py_ssize_t i = 0
+        cdef ProducerBatch other
+        # Keep retries in sequence order ahead of batches that have none yet.
+        for other in st.ready:
+            if other.base_sequence < 0 or (batch.base_sequence >= 0
+                                           and other.base_sequence > batch.base_sequence):
+                break
+            i += 1
+        st.ready.insert(i, batch)
+
+    def release(self, ProducerBatch batch):
+        """The batch is done (delivered or failed for good): free its share of the bounds."""
+        self.buffered_bytes -= batch.records_size
+        self.buffered_messages -= batch.record_count
+
+    def next_ready_ms(self, now_ms=None):
+        """Milliseconds until drain() has something to hand out (0 = now, None = nothing)."""
+        cdef int64_t now = clock_ms(CLOCK_MONOTONIC) if now_ms is None else now_ms
+        cdef PartitionState st
+        cdef int64_t best = -1, wait
+        for states in self._topics.values():
+            for st in states:
+                if st is None:
+                    continue
+                if st.ready:
+                    return 0
+                if st.count:
+                    wait = st.opened_ms + self.linger_ms - now
+                    if wait <= 0:
+                        return 0
+                    if best < 0 or wait < best:
+                        best = wait
+        return None if best < 0 else best
+
+    def purge(self):
+        """Drop everything not yet drained; returns the dropped batches (unfinished)."""
+        cdef PartitionState st
+        cdef ProducerBatch b
+        cdef list out = []
+        for states in self._topics.values():
+            for st in states:
+                if st is None:
+                    continue
+                self._close(st)
+                while st.ready:
+                    b = st.ready.popleft()
+                    self.release(b)
+                    out.append(b)
+        return out
+
+    def __len__(self):
+        return self.buffered_messages
+
+
+# ---- columns for the bulk path --------------------------------------------------------------
+# A column of byte strings, whatever it came as, read by index with no Python calls:
+#   ARROW:  one data buffer + int32 or int64 offsets (+ optional validity bitmap), as pyarrow
+#           binary/string arrays and (data, offsets) tuples hold them;
+#   OBJECTS: a sequence of bytes/None (numpy object array, list, tuple).
+
+cdef enum ColumnKind:
+    COL_NONE = 0
+    COL_ARROW = 1
+    COL_OBJECTS = 2
+
+
+cdef struct Column:
+    ColumnKind kind
+    Py_ssize_t length
+    const unsigned char *data
+    const int32_t *offsets32
+    const int64_t *offsets64
+    const uint8_t *validity
+    Py_ssize_t bit_offset          # pyarrow array .offset
+    PyObject **items
+    Py_buffer views[3]
+    int nviews
+
+
+cdef void column_init(Column *c) noexcept:
+    c.kind = COL_NONE
+    c.length = 0
+    c.data = NULL
+    c.offsets32 = NULL
+    c.offsets64 = NULL
+    c.validity = NULL
+    c.bit_offset = 0
+    c.items = NULL
+    c.nviews = 0
+
+
+cdef void column_close(Column *c) noexcept:
+    cdef int i
+    for i in range(c.nviews):
+        PyBuffer_Release(&c.views[i])
+    c.nviews = 0
+
+
+cdef const void *column_view(Column *c, object obj) except NULL:
+    cdef Py_buffer *v = &c.views[c.nviews]
+    PyObject_GetBuffer(obj, v, PyBUF_SIMPLE)
+    c.nviews += 1
+    return v.buf if v.buf != NULL else <const void *>b""
+
+
+cdef Py_ssize_t column_open(Column *c, object obj, list holders, str what) except -1:
+    """Set up c to read obj; returns its length."""
+    cdef Py_ssize_t n
+    if hasattr(obj, "combine_chunks"):      # pyarrow.ChunkedArray
+        obj = obj.combine_chunks()
+    if hasattr(obj, "buffers") and hasattr(obj, "type"):   # pyarrow Binary/String array
+        return column_open_arrow(c, obj, holders, what)
+    if isinstance(obj, tuple) and len(obj) == 2 and not isinstance(obj[0], (bytes, type(None))):
+        return column_open_pair(c, obj[0], obj[1], holders, what)
+    if isinstance(obj, np.ndarray) and obj.dtype != object:
+        raise TypeError(
+            f"{what}: a numpy array of dtype {obj.dtype} is not a column of byte strings; pass "
+            "an object array of bytes, a pyarrow binary array or a (data, offsets) tuple")
+    if (isinstance(obj, np.ndarray) and obj.ndim == 1 and obj.flags.c_contiguous):
+        # An object array stores PyObject pointers contiguously: read them in place.
+        holders.append(obj)
+        c.kind = COL_OBJECTS
+        c.length = obj.shape[0]
+        c.items = <PyObject **><size_t>obj.__array_interface__["data"][0]
+        return c.length
+    seq = obj if isinstance(obj, (list, tuple)) else list(obj)
+    holders.append(seq)
+    n = len(seq)
+    c.kind = COL_OBJECTS
+    c.length = n
+    c.items = PySequence_Fast_ITEMS(seq)
+    return n
+
+
+cdef Py_ssize_t column_open_pair(Column *c, object data, object offsets, list holders,
+                                 str what) except -1:
+    offsets = np.ascontiguousarray(offsets)
+    if offsets.dtype == np.int32:
+        pass
+    elif offsets.dtype == np.int64:
+        pass
+    else:
+        offsets = offsets.astype(np.int64)
+    holders.append(offsets)
+    if offsets.ndim != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"{what}: offsets must be a 1-d array of n + 1 positions")
+    c.kind = COL_ARROW
+    c.length = offsets.shape[0] - 1
+    c.data = <const unsigned char *>column_view(c, data)
+    if offsets.dtype == np.int32:
+        c.offsets32 = <const int32_t *>column_view(c, offsets)
+    else:
+        c.offsets64 = <const int64_t *>column_view(c, offsets)
+    column_check_offsets(c, c.views[0].len, what)
+    return c.length
+
+
+cdef Py_ssize_t column_open_arrow(Column *c, object arr, list holders, str what) except -1:
+    type_name = str(arr.type)
+    if type_name in ("binary", "string", "utf8"):
+        wide = False
+    elif type_name in ("large_binary", "large_string", "large_utf8"):
+        wide = True
+    else:
+        raise TypeError(f"{what}: pyarrow array of type {type_name} is not binary or string")
+    cdef Py_ssize_t first = arr.offset
+    holders.append(arr)
+    validity, offsets, data = arr.buffers()[:3]
+    c.kind = COL_ARROW
+    c.length = len(arr)
+    c.bit_offset = first
+    if data is None:
+        data = b""
+    c.data = <const unsigned char *>column_view(c, data)
+    if wide:
+        c.offsets64 = (<const int64_t *>column_view(c, offsets)) + first
+    else:
+        c.offsets32 = (<const int32_t *>column_view(c, offsets)) + first
+    if validity is not None and arr.null_count:
+        c.validity = <const uint8_t *>column_view(c, validity)
+    column_check_offsets(c, c.views[0].len, what)
+    return c.length
+
+
+cdef int column_check_offsets(Column *c, Py_ssize_t data_len, str what) except -1:
+    """Offsets must be non-decreasing and inside the data buffer: checked once, up front."""
+    cdef Py_ssize_t i
+    cdef int64_t prev, cur
+    prev = c.offsets32[0] if c.offsets32 != NULL else c.offsets64[0]
+    if prev < 0:
+        raise ValueError(f"{what}: offsets must not be negative")
+    for i in range(1, c.length + 1):
+        cur = c.offsets32[i] if c.offsets32 != NULL else c.offsets64[i]
+        if cur < prev:
+            raise ValueError(f"{what}: offsets decrease at position {i}")
+        prev = cur
+    if prev > data_len:
+        raise ValueError(f"{what}: offsets point past the end of the data buffer")
+    return 0
+
+
+cdef int column_get(Column *c, Py_ssize_t i, Blob *b) except -1:
+    cdef int64_t start, end
+    cdef Py_ssize_t bit
+    cdef PyObject *item
+    b.has_view = False
+    if c.kind == COL_ARROW:
+        if c.validity != NULL:
+            bit = c.bit_offset + i
+            if not (c.validity[bit >> 3] >> (bit & 7)) & 1:
+                b.ptr = NULL
+                b.size = -1
+                return 0
+        if c.offsets32 != NULL:
+            start = c.offsets32[i]
+            end = c.offsets32[i + 1]
+        else:
+            start = c.offsets64[i]
+            end = c.offsets64[i + 1]
+        b.ptr = c.data + start
+        b.size = end - start
+        return 0
+    item = c.items[i]
+    if PyBytes_CheckExact(<object>item):
+        b.ptr = <const unsigned char *>PyBytes_AS_STRING(<object>item)
+        b.size = PyBytes_GET_SIZE(<object>item)
+        return 0
+    # None, str and other buffers: the general path (borrowed views must not outlive the item;
+    # the caller's sequence keeps it alive and the record is copied before the next item).
+    blob_from(<object>item, b, "column item")
+    if b.has_view:
+        # Copying happens immediately in _append, so releasing right away is not possible here;
+        # refuse buffers that need a view to keep the hot path simple and leak-free.
+        blob_release(b)
+        raise TypeError("column items must be bytes, str or None")
+    return 0

@@ -1,0 +1,671 @@
+"""RecordBatch v2 encoder and decoder/validator (compiled as kipproducer._records).
+
+The public names are re-exported by kipproducer.records; see that module for the API contract.
+Every read is bounds-checked against the end of its buffer, so malformed input raises
+CorruptRecordError and never reads past the data it was given.
+"""
+from cpython.buffer cimport (
+    PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer,
+)
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
+
+from batch_layout cimport (
+    ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_SEQUENCE_POS, BASE_TIMESTAMP_POS, BATCH_HEADER_SIZE,
+    BATCH_LENGTH_POS, CODEC_NONE, CODEC_ZSTD, COMPRESSION_MASK, CONTROL_FLAG, CRC_POS,
+    DELETE_HORIZON_FLAG, LAST_OFFSET_DELTA_POS, LOG_OVERHEAD, MAGIC_POS, MAGIC_V2,
+    MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, PRODUCER_EPOCH_POS, PRODUCER_ID_POS,
+    RECORDS_COUNT_POS, RECORDS_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG, get_i16, get_i32,
+    get_i64, get_u32, increment_sequence, put_i32, put_i64,
+)
+from batch_writer cimport BatchFields, build_batch
+from crc32c_c cimport kip_crc32c
+from record_writer cimport (
+    Blob, ByteBuf, blob_from, blob_release, bytebuf_free, bytebuf_reserve, header_items,
+    headers_wire_size, record_body_size, write_headers, write_record_head,
+)
+from varint cimport read_varint32, read_varint64, varint_size
+
+import time
+
+from kipproducer.compression import CODEC_NAMES, codec_id
+from kipproducer.compression import compress as _compress
+from kipproducer.compression import decompress as _decompress
+from kipproducer.errors import CorruptRecordError
+
+# The layout as Python constants, for code that patches or peeks at batches without decoding.
+BATCH_HEADER_SIZE_ = BATCH_HEADER_SIZE
+LAYOUT = {
+    "base_offset": BASE_OFFSET_POS,
+    "batch_length": BATCH_LENGTH_POS,
+    "partition_leader_epoch": PARTITION_LEADER_EPOCH_POS,
+    "magic": MAGIC_POS,
+    "crc": CRC_POS,
+    "attributes": ATTRIBUTES_POS,
+    "last_offset_delta": LAST_OFFSET_DELTA_POS,
+    "base_timestamp": BASE_TIMESTAMP_POS,
+    "max_timestamp": MAX_TIMESTAMP_POS,
+    "producer_id": PRODUCER_ID_POS,
+    "producer_epoch": PRODUCER_EPOCH_POS,
+    "base_sequence": BASE_SEQUENCE_POS,
+    "records_count": RECORDS_COUNT_POS,
+    "records": RECORDS_POS,
+}
+LOG_OVERHEAD_ = LOG_OVERHEAD
+
+# Smallest possible record: length, attributes, timestamp delta, offset delta, key length,
+# value length and header count, one byte each.
+cdef enum:
+    MIN_RECORD_SIZE = 7
+
+
+cdef inline int64_t now_ms():
+    return <int64_t>(time.time() * 1000)
+
+
+# ---- encoding ------------------------------------------------------------------------------
+
+def encode_batch(records, *, int64_t base_offset=0, int64_t producer_id=-1,
+                 int producer_epoch=-1, int32_t base_sequence=-1, bint transactional=False,
+                 compression=None, int32_t partition_leader_epoch=-1):
+    """Encode ``(key, value, headers, timestamp_ms)`` tuples into one RecordBatch v2."""
+    cdef Py_ssize_t count = len(records)
+    cdef int codec = codec_id(compression)
+    cdef ByteBuf buf
+    cdef Blob kb, vb
+    cdef BatchFields f
+    cdef int64_t ts, base_ts = 0, max_ts = -1, now = -1
+    cdef Py_ssize_t hsize, hcount, body, i = 0
+    cdef unsigned char *p
+    if count == 0:
+        raise ValueError("a record batch needs at least one record")
+    if count > 0x7FFFFFFF:
+        raise OverflowError("too many records for one batch")
+    if not -32768 <= producer_epoch <= 32767:
+        raise OverflowError(f"producer_epoch {producer_epoch} does not fit int16")
+    buf.data = NULL
+    buf.size = 0
+    buf.capacity = 0
+    kb.has_view = False
+    vb.has_view = False
+    try:
+        for rec in records:
+            try:
+                key, value, headers, timestamp = rec
+            except (TypeError, ValueError):
+                raise TypeError(
+                    "each record must be a (key, value, headers, timestamp_ms) tuple") from None
+            if timestamp is None:
+                if now < 0:
+                    now = now_ms()
+                ts = now
+            else:
+                ts = timestamp
+            if i == 0:
+                base_ts = ts
+                max_ts = ts
+            elif ts > max_ts:
+                max_ts = ts
+            hcount = 0
+            if headers is None:
+                hsize = 1
+            else:
+                headers = header_items(headers)
+                hsize = headers_wire_size(headers, &hcount)
+            blob_from(key, &kb, "key")
+            blob_from(value, &vb, "value")
+            body = record_body_size(ts - base_ts, <int32_t>i, &kb, &vb, hsize)
+            bytebuf_reserve(&buf, body + 5 + (BATCH_HEADER_SIZE if i == 0 else 0))
+            if i == 0:
+                buf.size = BATCH_HEADER_SIZE
+            p = write_record_head(buf.data + buf.size, body, ts - base_ts, <int32_t>i, &kb, &vb)
+            blob_release(&kb)
+            blob_release(&vb)
+            if headers is None:
+                p[0] = 0
+                p += 1
+            else:
+                p = write_headers(p, headers, hcount)
+            buf.size = p - buf.data
+            i += 1
+        if i != count:
+            raise ValueError("records changed size while being encoded")
+        f.base_offset = base_offset
+        f.partition_leader_epoch = partition_leader_epoch
+        f.attributes = codec | (TRANSACTIONAL_FLAG if transactional else 0)
+        f.last_offset_delta = <int32_t>(count - 1)
+        f.base_timestamp = base_ts
+        f.max_timestamp = max_ts
+        f.producer_id = producer_id
+        f.producer_epoch = <int16_t>producer_epoch
+        f.base_sequence = base_sequence
+        f.records_count = <int32_t>count
+        return build_batch(&f, buf.data + BATCH_HEADER_SIZE, buf.size - BATCH_HEADER_SIZE,
+                           codec, _compress)
+    finally:
+        blob_release(&kb)
+        blob_release(&vb)
+        bytebuf_free(&buf)
+
+
+# ---- decoding ------------------------------------------------------------------------------
+
+cdef struct RecordView:
+    int64_t timestamp_delta
+    int32_t offset_delta
+    const unsigned char *key
+    int32_t key_size            # -1 = null
+    const unsigned char *value
+    int32_t value_size          # -1 = null
+    const unsigned char *headers
+    int32_t header_count
+
+
+cdef inline const unsigned char *read_sized(
+        const unsigned char *p, const unsigned char *end, int32_t *size,
+        bint nullable, str what) except NULL:
+    """A length varint then that many bytes; returns the position after the length."""
+    p = read_varint32(p, end, size)
+    if p == NULL:
+        raise CorruptRecordError(f"{what} length is not a valid varint", "varint")
+    if size[0] < (-1 if nullable else 0):
+        raise CorruptRecordError(f"{what} length {size[0]} is negative", "record_size")
+    if size[0] > end - p:
+        raise CorruptRecordError(
+            f"{what} of {size[0]} bytes runs past the end of its record", "record_size")
+    return p
+
+
+cdef const unsigned char *parse_record(
+        const unsigned char *p, const unsigned char *end, RecordView *r, Py_ssize_t index
+        ) except NULL:
+    """Parse and bound-check one record starting at p; returns the position after it."""
+    cdef int32_t length, hkey, hval
+    cdef const unsigned char *rec_end
+    cdef Py_ssize_t h
+    p = read_varint32(p, end, &length)
+    if p == NULL:
+        raise CorruptRecordError(f"record {index}: length is not a valid varint", "varint")
+    if length < MIN_RECORD_SIZE - 1 or length > end - p:
+        raise CorruptRecordError(
+            f"record {index}: length {length} does not fit the {end - p} bytes left",
+            "record_size")
+    rec_end = p + length
+    p += 1  # attributes, unused
+    p = read_varint64(p, rec_end, &r.timestamp_delta)
+    if p == NULL:
+        raise CorruptRecordError(f"record {index}: timestamp delta is not a valid varlong", "varint")
+    p = read_varint32(p, rec_end, &r.offset_delta)
+    if p == NULL:
+        raise CorruptRecordError(f"record {index}: offset delta is not a valid varint", "varint")
+    p = read_sized(p, rec_end, &r.key_size, True, f"record {index}: key")
+    r.key = p
+    if r.key_size > 0:
+        p += r.key_size
+    p = read_sized(p, rec_end, &r.value_size, True, f"record {index}: value")
+    r.value = p
+    if r.value_size > 0:
+        p += r.value_size
+    p = read_varint32(p, rec_end, &r.header_count)
+    if p == NULL:
+        raise CorruptRecordError(f"record {index}: header count is not a valid varint", "varint")
+    if r.header_count < 0 or r.header_count > (rec_end - p) // 2:
+        raise CorruptRecordError(
+            f"record {index}: header count {r.header_count} is impossible", "header_count")
+    r.headers = p
+    for h in range(r.header_count):
+        p = read_sized(p, rec_end, &hkey, False, f"record {index}: header key")
+        p += hkey
+        p = read_sized(p, rec_end, &hval, True, f"record {index}: header value")
+        if hval > 0:
+            p += hval
+    if p != rec_end:
+        raise CorruptRecordError(
+            f"record {index}: {rec_end - p} bytes left over inside its declared length",
+            "record_size")
+    return p
+
+
+cdef inline object blob_to_bytes(const unsigned char *p, int32_t size):
+    if size < 0:
+        return None
+    return PyBytes_FromStringAndSize(<const char *>p, size)
+
+
+cdef list read_headers(const unsigned char *p, int32_t count):
+    """Headers of an already validated record."""
+    cdef list out = []
+    cdef int32_t klen = 0, vlen = 0
+    cdef int32_t i
+    for i in range(count):
+        p = read_varint32(p, p + 5, &klen)
+        try:
+            key = PyUnicode_DecodeUTF8(<const char *>p, klen, "strict")
+        except UnicodeDecodeError:
+            raise CorruptRecordError("a header key is not valid UTF-8", "header_key") from None
+        p += klen
+        p = read_varint32(p, p + 5, &vlen)
+        out.append((key, blob_to_bytes(p, vlen)))
+        if vlen > 0:
+            p += vlen
+    return out
+
+
+cdef class Record:
+    """One record of a decoded batch."""
+    cdef readonly int64_t offset
+    cdef readonly int64_t timestamp
+    cdef readonly object key
+    cdef readonly object value
+    cdef readonly list headers
+
+    def __repr__(self):
+        return (f"Record(offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+                f"value={self.value!r}, headers={self.headers!r})")
+
+    def __eq__(self, other):
+        cdef Record o
+        if not isinstance(other, Record):
+            return NotImplemented
+        o = <Record>other
+        return (self.offset == o.offset and self.timestamp == o.timestamp and self.key == o.key
+                and self.value == o.value and self.headers == o.headers)
+
+    def __reduce__(self):
+        return (_make_record, (self.offset, self.timestamp, self.key, self.value, self.headers))
+
+
+def _make_record(offset, timestamp, key, value, headers):
+    cdef Record r = Record.__new__(Record)
+    r.offset = offset
+    r.timestamp = timestamp
+    r.key = key
+    r.value = value
+    r.headers = headers
+    return r
+
+
+cdef class Batch:
+    """A RecordBatch v2 read from a buffer; iterate it for its Records.
+
+    The batch keeps the buffer it was read from (no copy); a compressed batch also keeps its
+    decompressed records section.
+    """
+    cdef Py_buffer _view
+    cdef bint _has_view
+    cdef const unsigned char *_p       # start of this batch in _view
+    cdef readonly Py_ssize_t size_in_bytes
+    cdef object _records_obj           # decompressed records (bytes) or None when uncompressed
+    cdef const unsigned char *_records
+    cdef Py_ssize_t _records_size
+    cdef readonly int64_t base_offset
+    cdef readonly int32_t partition_leader_epoch
+    cdef readonly int magic
+    cdef readonly uint32_t crc
+    cdef readonly int attributes
+    cdef readonly int32_t last_offset_delta
+    cdef readonly int64_t base_timestamp
+    cdef readonly int64_t max_timestamp
+    cdef readonly int64_t producer_id
+    cdef readonly int producer_epoch
+    cdef readonly int32_t base_sequence
+    cdef readonly int32_t record_count
+    cdef readonly Py_ssize_t position   # where the batch starts in the buffer it came from
+
+    def __cinit__(self):
+        self._has_view = False
+
+    def __dealloc__(self):
+        if self._has_view:
+            PyBuffer_Release(&self._view)
+
+    @property
+    def last_offset(self):
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self):
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self):
+        if self.base_sequence < 0:
+            return -1
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
+
+    @property
+    def compression(self):
+        return CODEC_NAMES.get(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self):
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return 1 if self.attributes & TIMESTAMP_TYPE_MASK else 0
+
+    @property
+    def is_transactional(self):
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self):
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def has_delete_horizon(self):
+        return bool(self.attributes & DELETE_HORIZON_FLAG)
+
+    @property
+    def raw(self):
+        """The batch's bytes as a read-only memoryview of the buffer it was read from."""
+        return PyMemoryView_FromMemory_ro(self._p, self.size_in_bytes)
+
+    def __len__(self):
+        return self.record_count
+
+    def __iter__(self):
+        cdef RecordView r
+        cdef const unsigned char *p
+        cdef const unsigned char *end
+        cdef Record rec
+        cdef Py_ssize_t i
+        cdef bint log_append = self.attributes & TIMESTAMP_TYPE_MASK
+        self._ensure_records()
+        p = self._records
+        end = self._records + self._records_size
+        for i in range(self.record_count):
+            p = parse_record(p, end, &r, i)
+            rec = Record.__new__(Record)
+            rec.offset = self.base_offset + r.offset_delta
+            rec.timestamp = (self.max_timestamp if log_append
+                             else self.base_timestamp + r.timestamp_delta)
+            rec.key = blob_to_bytes(r.key, r.key_size)
+            rec.value = blob_to_bytes(r.value, r.value_size)
+            rec.headers = read_headers(r.headers, r.header_count) if r.header_count else []
+            yield rec
+
+    def records(self):
+        return list(self)
+
+    def __repr__(self):
+        return (f"Batch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"records={self.record_count}, compression={self.compression!r}, "
+                f"producer_id={self.producer_id}, producer_epoch={self.producer_epoch}, "
+                f"base_sequence={self.base_sequence}, "
+                f"transactional={self.is_transactional}, control={self.is_control})")
+
+    cdef int _ensure_records(self) except -1:
+        cdef int codec = self.attributes & COMPRESSION_MASK
+        if self._records != NULL or self.record_count == 0:
+            return 0
+        if codec == CODEC_NONE:
+            self._records = self._p + RECORDS_POS
+            self._records_size = self.size_in_bytes - RECORDS_POS
+            return 0
+        section = PyMemoryView_FromMemory_ro(self._p + RECORDS_POS,
+                                             self.size_in_bytes - RECORDS_POS)
+        self._records_obj = _decompress(codec, section)
+        self._records = <const unsigned char *>PyBytes_AS_STRING(self._records_obj)
+        self._records_size = PyBytes_GET_SIZE(self._records_obj)
+        return 0
+
+    cdef int _validate(self, bint strict) except -1:
+        """Everything a broker checks before accepting the batch."""
+        cdef uint32_t actual
+        cdef RecordView r
+        cdef const unsigned char *p
+        cdef const unsigned char *end
+        cdef Py_ssize_t i
+        cdef int32_t previous = -1
+        cdef int codec = self.attributes & COMPRESSION_MASK
+        actual = kip_crc32c(0, self._p + ATTRIBUTES_POS, self.size_in_bytes - ATTRIBUTES_POS)
+        if actual != self.crc:
+            raise CorruptRecordError(
+                f"batch at offset {self.base_offset}: CRC-32C is {actual:#010x} but the header "
+                f"says {self.crc:#010x}", "crc")
+        if codec > CODEC_ZSTD:
+            raise CorruptRecordError(f"unknown compression codec id {codec}", "compression")
+        if self.record_count < 0 or self.last_offset_delta < 0:
+            raise CorruptRecordError(
+                f"record count {self.record_count} / last offset delta "
+                f"{self.last_offset_delta} is negative", "record_count")
+        if strict:
+            if self.record_count == 0:
+                raise CorruptRecordError("a batch must hold at least one record", "record_count")
+            if self.record_count != self.last_offset_delta + 1:
+                raise CorruptRecordError(
+                    f"record count {self.record_count} != last offset delta "
+                    f"{self.last_offset_delta} + 1", "record_count")
+        elif self.record_count > <int64_t>self.last_offset_delta + 1:
+            raise CorruptRecordError(
+                f"record count {self.record_count} exceeds the offset range "
+                f"0..{self.last_offset_delta}", "record_count")
+        if codec == CODEC_NONE and self.record_count > (self.size_in_bytes - RECORDS_POS) // MIN_RECORD_SIZE:
+            raise CorruptRecordError(
+                f"{self.record_count} records cannot fit {self.size_in_bytes - RECORDS_POS} "
+                "bytes", "record_count")
+        self._ensure_records()
+        p = self._records
+        end = self._records + self._records_size
+        for i in range(self.record_count):
+            p = parse_record(p, end, &r, i)
+            if strict:
+                if r.offset_delta != i:
+                    raise CorruptRecordError(
+                        f"record {i} has offset delta {r.offset_delta}; deltas must be 0..n-1",
+                        "offset_delta")
+            elif r.offset_delta <= previous or r.offset_delta > self.last_offset_delta:
+                raise CorruptRecordError(
+                    f"record {i} has offset delta {r.offset_delta} out of order or past "
+                    f"{self.last_offset_delta}", "offset_delta")
+            previous = r.offset_delta
+            if r.header_count:
+                read_headers(r.headers, r.header_count)  # header keys must be UTF-8
+        if p != end:
+            raise CorruptRecordError(
+                f"{end - p} bytes follow the last of {self.record_count} records",
+                "trailing_bytes")
+        return 0
+
+
+cdef object PyMemoryView_FromMemory_ro(const unsigned char *p, Py_ssize_t n):
+    return PyMemoryView_FromMemory(<char *>p, n, PyBUF_READ)
+
+
+cdef Batch read_one(object data, Py_buffer *view, Py_ssize_t pos, bint validate, bint strict):
+    """The batch at view[pos:]; the caller has checked that a whole batch is there."""
+    cdef const unsigned char *p = <const unsigned char *>view.buf + pos
+    cdef Batch b = Batch.__new__(Batch)
+    PyObject_GetBuffer(data, &b._view, PyBUF_SIMPLE)
+    b._has_view = True
+    b._p = <const unsigned char *>b._view.buf + pos
+    b.position = pos
+    b.size_in_bytes = LOG_OVERHEAD + get_i32(p + BATCH_LENGTH_POS)
+    b.base_offset = get_i64(p + BASE_OFFSET_POS)
+    b.partition_leader_epoch = get_i32(p + PARTITION_LEADER_EPOCH_POS)
+    b.magic = <signed char>p[MAGIC_POS]
+    b.crc = get_u32(p + CRC_POS)
+    b.attributes = <uint16_t>get_i16(p + ATTRIBUTES_POS)
+    b.last_offset_delta = get_i32(p + LAST_OFFSET_DELTA_POS)
+    b.base_timestamp = get_i64(p + BASE_TIMESTAMP_POS)
+    b.max_timestamp = get_i64(p + MAX_TIMESTAMP_POS)
+    b.producer_id = get_i64(p + PRODUCER_ID_POS)
+    b.producer_epoch = get_i16(p + PRODUCER_EPOCH_POS)
+    b.base_sequence = get_i32(p + BASE_SEQUENCE_POS)
+    b.record_count = get_i32(p + RECORDS_COUNT_POS)
+    b._records = NULL
+    if validate:
+        b._validate(strict)
+    return b
+
+
+
+cdef Py_ssize_t batch_extent(const unsigned char *p, Py_ssize_t available, Py_ssize_t pos) except -2:
+    """Total size of the batch at p, -1 if it is cut short; raises on a bad header."""
+    cdef int32_t length
+    if available < LOG_OVERHEAD:
+        return -1
+    length = get_i32(p + BATCH_LENGTH_POS)
+    if length < BATCH_HEADER_SIZE - LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"batch at byte {pos}: batch length {length} is smaller than the "
+            f"{BATCH_HEADER_SIZE - LOG_OVERHEAD}-byte minimum", "batch_length")
+    if available < BATCH_HEADER_SIZE:
+        return -1
+    if p[MAGIC_POS] != MAGIC_V2:
+        raise CorruptRecordError(
+            f"batch at byte {pos}: magic {<signed char>p[MAGIC_POS]} is not 2 (only RecordBatch "
+            "v2 is supported)", "magic")
+    if length > available - LOG_OVERHEAD:
+        return -1
+    return LOG_OVERHEAD + length
+
+
+def decode_batches(data, *, bint validate=True, bint strict=True, bint allow_partial=False):
+    """Yield each Batch in ``data`` (bytes-like), validating it unless told not to.
+
+    strict: a producer's batch (record count == lastOffsetDelta + 1, offset deltas 0..n-1);
+    strict=False accepts compacted batches, whose deltas only increase.
+    allow_partial: stop quietly at a cut-short last batch (as fetch responses may end)
+    instead of raising.
+    """
+    cdef Py_buffer view
+    cdef Py_ssize_t pos = 0, extent
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        while pos < view.len:
+            extent = batch_extent(<const unsigned char *>view.buf + pos, view.len - pos, pos)
+            if extent < 0:
+                if allow_partial:
+                    return
+                raise CorruptRecordError(
+                    f"batch at byte {pos} is truncated: {view.len - pos} bytes left",
+                    "truncated")
+            yield read_one(data, &view, pos, validate, strict)
+            pos += extent
+    finally:
+        PyBuffer_Release(&view)
+
+
+def validate_batch(data, *, bint strict=True):
+    """Validate a buffer that must hold exactly one batch (a produce request's records)."""
+    cdef Py_buffer view
+    cdef Py_ssize_t extent
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if view.len == 0:
+            raise CorruptRecordError("no record batch in an empty buffer", "truncated")
+        extent = batch_extent(<const unsigned char *>view.buf, view.len, 0)
+        if extent < 0:
+            raise CorruptRecordError(
+                f"record batch is truncated: {view.len} bytes of a longer batch", "truncated")
+        if extent != view.len:
+            raise CorruptRecordError(
+                f"{view.len - extent} bytes follow the record batch; exactly one batch is "
+                "allowed", "trailing_bytes")
+        return read_one(data, &view, 0, True, strict)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def set_base_offset(buf, int64_t base_offset, Py_ssize_t pos=0):
+    """Overwrite the baseOffset of the batch at buf[pos:] in place (outside the CRC)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        if pos < 0 or view.len - pos < BATCH_HEADER_SIZE:
+            raise ValueError("no batch header at that position")
+        put_i64(<unsigned char *>view.buf + pos + BASE_OFFSET_POS, base_offset)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def set_partition_leader_epoch(buf, int32_t epoch, Py_ssize_t pos=0):
+    """Overwrite the partitionLeaderEpoch of the batch at buf[pos:] in place (outside the CRC)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        if pos < 0 or view.len - pos < BATCH_HEADER_SIZE:
+            raise ValueError("no batch header at that position")
+        put_i32(<unsigned char *>view.buf + pos + PARTITION_LEADER_EPOCH_POS, epoch)
+    finally:
+        PyBuffer_Release(&view)
+
+
+def next_sequence(int32_t sequence, int32_t increment):
+    """Kafka's sequence arithmetic: sequence + increment, wrapping after 2**31 - 1 to 0."""
+    if increment < 0:
+        raise ValueError("increment must not be negative")
+    return increment_sequence(sequence, increment)
+
+
+def rebuild_batch(Batch batch not None, records):
+    """Re-encode a subset of ``batch``'s records, keeping their offsets (log compaction).
+
+    The header keeps base offset, lastOffsetDelta, producer fields, attributes (codec,
+    transactional, control) and timestamps' base; records keep their offset and timestamp.
+    ``records`` must come from the batch in offset order; an empty list gives an empty batch
+    (record count 0), which Kafka keeps to preserve the producer's last sequence.
+    """
+    cdef ByteBuf buf
+    cdef Blob kb, vb
+    cdef BatchFields f
+    cdef Record rec
+    cdef int64_t previous = -1, max_ts = -1, delta
+    cdef Py_ssize_t hsize, hcount, body, n = 0
+    cdef unsigned char *p
+    cdef int codec = batch.attributes & COMPRESSION_MASK
+    buf.data = NULL
+    buf.size = 0
+    buf.capacity = 0
+    kb.has_view = False
+    vb.has_view = False
+    try:
+        bytebuf_reserve(&buf, BATCH_HEADER_SIZE)
+        buf.size = BATCH_HEADER_SIZE
+        for obj in records:
+            rec = <Record?>obj
+            delta = rec.offset - batch.base_offset
+            if delta <= previous or delta > batch.last_offset_delta:
+                raise ValueError(
+                    f"record offset {rec.offset} is not inside batch "
+                    f"{batch.base_offset}..{batch.last_offset} in increasing order")
+            previous = delta
+            if rec.timestamp > max_ts:
+                max_ts = rec.timestamp
+            hcount = 0
+            hsize = headers_wire_size(rec.headers, &hcount) if rec.headers else 1
+            blob_from(rec.key, &kb, "key")
+            blob_from(rec.value, &vb, "value")
+            body = record_body_size(rec.timestamp - batch.base_timestamp, <int32_t>delta,
+                                    &kb, &vb, hsize)
+            bytebuf_reserve(&buf, body + 5)
+            p = write_record_head(buf.data + buf.size, body, rec.timestamp - batch.base_timestamp,
+                                  <int32_t>delta, &kb, &vb)
+            blob_release(&kb)
+            blob_release(&vb)
+            if rec.headers:
+                p = write_headers(p, rec.headers, hcount)
+            else:
+                p[0] = 0
+                p += 1
+            buf.size = p - buf.data
+            n += 1
+        f.base_offset = batch.base_offset
+        f.partition_leader_epoch = batch.partition_leader_epoch
+        # An empty batch has no records section to compress: clear the codec bits.
+        f.attributes = <int16_t>(batch.attributes if n else batch.attributes & ~COMPRESSION_MASK)
+        f.last_offset_delta = batch.last_offset_delta
+        f.base_timestamp = batch.base_timestamp
+        f.max_timestamp = batch.max_timestamp if n == 0 else max_ts
+        f.producer_id = batch.producer_id
+        f.producer_epoch = <int16_t>batch.producer_epoch
+        f.base_sequence = batch.base_sequence
+        f.records_count = <int32_t>n
+        return build_batch(&f, buf.data + BATCH_HEADER_SIZE, buf.size - BATCH_HEADER_SIZE,
+                           codec if n else 0, _compress)
+    finally:
+        blob_release(&kb)
+        blob_release(&vb)
+        bytebuf_free(&buf)

@@ -1,0 +1,79 @@
+"""The record accumulator: per-partition batching into RecordBatch v2 bytes, in C.
+
+``RecordAccumulator(*, batch_size=1000000, batch_num_messages=10000, linger_ms=5,
+max_bytes=1 GiB, max_messages=100000, compression=None, producer_id=-1, producer_epoch=-1,
+transactional=False)``; the defaults are librdkafka's (``batch.size``, ``batch.num.messages``,
+``linger.ms``, ``queue.buffering.max.kbytes``, ``queue.buffering.max.messages``,
+``compression.type``), and :func:`from_config` maps those property names.
+
+Appending
+    ``append(topic, partition, key, value, headers=None, timestamp=None, offset=None,
+    opaque=None)`` encodes one record into the partition's open batch. With ``offset`` the
+    record keeps that offset (KIP-391): explicit offsets must strictly increase per partition
+    (:class:`~kipproducer.errors.OffsetOrderError`), and a record whose offset is not the
+    previous one + 1 starts a new batch, so every batch holds consecutive offsets. Records with
+    and without offsets never share a batch. ``QueueFullError`` (a ``BufferError``) when
+    ``max_messages`` / ``max_bytes`` are reached.
+
+    ``append_arrays(topic, partition, values, keys=None, timestamps=None, offsets=None,
+    headers=None) -> int`` appends a whole column set in one call with no per-record Python
+    work. ``values``/``keys``: a pyarrow binary/string array (or chunked array), a
+    ``(data, offsets)`` tuple in Arrow layout (uint8 data buffer, int32/int64 offsets of length
+    n + 1), or a sequence / numpy object array of ``bytes | None``. ``timestamps`` and
+    ``offsets``: int64 arrays. ``partition``: an int or an int32 array (one per record).
+    ``headers``: one header list or dict applied to every record, or a list of n per-record
+    header lists (``None`` for none). Returns how many records were appended; fewer than n
+    means the bounds were reached: send, then append the rest.
+
+Draining
+    ``drain(now_ms=None, *, flush=False, partitions=None)`` returns finished
+    :class:`ProducerBatch` objects (``topic``, ``partition``, ``base_offset``,
+    ``record_count``, ``base_sequence``, ``producer_id``, ``producer_epoch``, ``data`` as a
+    zero-copy memoryview, ``opaques``). A batch is handed out when it is full, when linger.ms
+    has passed since its first record, or with ``flush=True``.
+
+Idempotence
+    With a producer id set (``set_producer(pid, epoch)``), each drained batch gets the
+    partition's next sequence; sequences wrap from 2**31-1 to 0 as Kafka's do. ``reenqueue``
+    puts a batch back for a retry with its sequence kept; ``set_producer`` with a new epoch
+    restarts sequences at 0 and re-stamps batches not yet sent. ``release(batch)`` returns a
+    delivered (or finally failed) batch's bytes and messages to the bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._accumulator import PartitionState, ProducerBatch, RecordAccumulator, monotonic_ms
+
+__all__ = [
+    "PartitionState",
+    "ProducerBatch",
+    "RecordAccumulator",
+    "from_config",
+    "monotonic_ms",
+]
+
+# librdkafka property -> (accumulator keyword, converter)
+_CONFIG_MAP: dict[str, tuple[str, Any]] = {
+    "batch.size": ("batch_size", int),
+    "batch.num.messages": ("batch_num_messages", int),
+    "linger.ms": ("linger_ms", float),
+    "queue.buffering.max.ms": ("linger_ms", float),
+    "queue.buffering.max.kbytes": ("max_bytes", lambda v: int(v) * 1024),
+    "queue.buffering.max.messages": ("max_messages", int),
+    "compression.type": ("compression", lambda v: None if v in (None, "none") else str(v)),
+    "compression.codec": ("compression", lambda v: None if v in (None, "none") else str(v)),
+}
+
+
+def from_config(config: dict[str, Any], **overrides: Any) -> RecordAccumulator:
+    """Build an accumulator from librdkafka-style properties (others are ignored here)."""
+    kwargs: dict[str, Any] = {}
+    for name, value in config.items():
+        mapped = _CONFIG_MAP.get(name)
+        if mapped is not None:
+            keyword, convert = mapped
+            kwargs[keyword] = convert(value)
+    kwargs.update(overrides)
+    return RecordAccumulator(**kwargs)
