@@ -3,7 +3,7 @@
 from cpython.buffer cimport PyBUF_READ
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from libc.stdint cimport int16_t, int32_t, int64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint32_t
 from libc.string cimport memcpy
 
 from batch_layout cimport (
@@ -12,7 +12,7 @@ from batch_layout cimport (
     MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, PRODUCER_EPOCH_POS, PRODUCER_ID_POS,
     RECORDS_COUNT_POS, put_i16, put_i32, put_i64, put_u32,
 )
-from crc32c_c cimport kip_crc32c
+from crc32c_c cimport kip_crc32c, kip_crc32c_combine
 
 
 cdef struct BatchFields:
@@ -28,9 +28,9 @@ cdef struct BatchFields:
     int32_t records_count
 
 
-cdef inline void write_batch_header(
+cdef inline void write_batch_fields(
         unsigned char *p, BatchFields *f, Py_ssize_t total_size) noexcept nogil:
-    """Fill the 61-byte header of a batch of total_size bytes whose records are in place."""
+    """Every header field of a batch of total_size bytes except the CRC."""
     put_i64(p + BASE_OFFSET_POS, f.base_offset)
     put_i32(p + BATCH_LENGTH_POS, <int32_t>(total_size - LOG_OVERHEAD))
     put_i32(p + PARTITION_LEADER_EPOCH_POS, f.partition_leader_epoch)
@@ -43,8 +43,24 @@ cdef inline void write_batch_header(
     put_i16(p + PRODUCER_EPOCH_POS, f.producer_epoch)
     put_i32(p + BASE_SEQUENCE_POS, f.base_sequence)
     put_i32(p + RECORDS_COUNT_POS, f.records_count)
+
+
+cdef inline void write_batch_header(
+        unsigned char *p, BatchFields *f, Py_ssize_t total_size) noexcept nogil:
+    """Fill the 61-byte header of a batch of total_size bytes whose records are in place."""
+    write_batch_fields(p, f, total_size)
     # The CRC covers attributes..end, so it goes last.
     put_u32(p + CRC_POS, kip_crc32c(0, p + ATTRIBUTES_POS, total_size - ATTRIBUTES_POS))
+
+
+cdef inline void write_batch_header_known_records_crc(
+        unsigned char *p, BatchFields *f, Py_ssize_t total_size,
+        uint32_t records_crc) noexcept nogil:
+    """As write_batch_header, reusing the CRC of the records section computed earlier."""
+    write_batch_fields(p, f, total_size)
+    put_u32(p + CRC_POS, kip_crc32c_combine(
+        kip_crc32c(0, p + ATTRIBUTES_POS, BATCH_HEADER_SIZE - ATTRIBUTES_POS),
+        records_crc, total_size - BATCH_HEADER_SIZE))
 
 
 cdef inline bytes build_batch(

@@ -3,7 +3,7 @@ from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from libc.stdint cimport uint32_t
 
 from crc32c_c cimport (
-    kip_crc32c, kip_crc32c_hw, kip_crc32c_hw_available, kip_crc32c_impl_name, kip_crc32c_sw,
+    kip_crc32c, kip_crc32c_combine, kip_crc32c_hw, kip_crc32c_hw_available, kip_crc32c_impl_name, kip_crc32c_sw,
 )
 
 ctypedef uint32_t (*crc_fn)(uint32_t, const void *, size_t) noexcept nogil
@@ -43,6 +43,11 @@ def crc32c_hardware(data, uint32_t crc=0):
     if not kip_crc32c_hw_available():
         raise RuntimeError("this CPU has no CRC-32C instruction (SSE4.2 / ARMv8 CRC)")
     return run(kip_crc32c_hw, data, crc)
+
+
+def crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b):
+    """CRC-32C of A || B given crc32c(A), crc32c(B) and len(B)."""
+    return kip_crc32c_combine(crc_a, crc_b, len_b)
 
 
 def hardware_available():

@@ -182,6 +182,48 @@ int kip_crc32c_hw_available(void) { return 0; }
 
 #endif
 
+/* ---- combining ---------------------------------------------------------------------------
+ * crc(A || B) = (crc(A) * x^(8|B|)) mod P  ^  crc(B), in the reflected bit order. Multiplying by
+ * x^(8n) costs one GF(2) multiply per set bit of n, using the powers x^(2^k) mod P, so a batch's
+ * CRC can be finished from its records' CRC (computed while the records were hot in cache) and
+ * the 40 header bytes written later, without reading the records again.
+ */
+static uint32_t x_pow_2k[64]; /* x^(2^k) mod P */
+static int powers_ready = 0;
+
+static uint32_t gf2_multiply(uint32_t a, uint32_t b) {
+    uint32_t product = 0;
+    uint32_t bit = (uint32_t)1 << 31; /* x^0 in reflected order */
+    while (bit) {
+        if (a & bit) product ^= b;
+        bit >>= 1;
+        b = (b & 1) ? (b >> 1) ^ POLY_REFLECTED : b >> 1; /* b *= x */
+    }
+    return product;
+}
+
+static void build_powers(void) {
+    uint32_t p = (uint32_t)1 << 30; /* x^1 */
+    for (int k = 0; k < 64; k++) {
+        x_pow_2k[k] = p;
+        p = gf2_multiply(p, p);
+    }
+    powers_ready = 1;
+}
+
+uint32_t kip_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b) {
+    uint32_t factor = (uint32_t)1 << 31; /* x^0 */
+    uint64_t n = (uint64_t)len_b * 8;
+    int k = 0;
+    if (!powers_ready) build_powers();
+    while (n) {
+        if (n & 1) factor = gf2_multiply(factor, x_pow_2k[k]);
+        n >>= 1;
+        k++;
+    }
+    return gf2_multiply(factor, crc_a) ^ crc_b;
+}
+
 static int chosen = -1; /* -1 unknown, 0 software, 1 hardware */
 
 static inline int choose(void) {

@@ -20,6 +20,8 @@ uint32_t kip_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 /* Hardware path; only valid when kip_crc32c_hw_available() returns 1. */
 uint32_t kip_crc32c_hw(uint32_t crc, const void *buf, size_t len);
 int kip_crc32c_hw_available(void);
+/* CRC of A || B from crc(A), crc(B) and the length of B, without reading the data. */
+uint32_t kip_crc32c_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 /* Human-readable name of the implementation kip_crc32c() uses. */
 const char *kip_crc32c_impl_name(void);
 

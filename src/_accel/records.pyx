@@ -165,16 +165,22 @@ cdef struct RecordView:
 
 cdef inline const unsigned char *read_sized(
         const unsigned char *p, const unsigned char *end, int32_t *size,
-        bint nullable, str what) except NULL:
-    """A length varint then that many bytes; returns the position after the length."""
+        bint nullable, Py_ssize_t index, const char *what) except NULL:
+    """A length varint then that many bytes; returns the position after the length.
+
+    The error message is built only on failure: this runs for every key, value and header.
+    """
     p = read_varint32(p, end, size)
     if p == NULL:
-        raise CorruptRecordError(f"{what} length is not a valid varint", "varint")
+        raise CorruptRecordError(
+            f"record {index}: {what.decode()} length is not a valid varint", "varint")
     if size[0] < (-1 if nullable else 0):
-        raise CorruptRecordError(f"{what} length {size[0]} is negative", "record_size")
+        raise CorruptRecordError(
+            f"record {index}: {what.decode()} length {size[0]} is negative", "record_size")
     if size[0] > end - p:
         raise CorruptRecordError(
-            f"{what} of {size[0]} bytes runs past the end of its record", "record_size")
+            f"record {index}: {what.decode()} of {size[0]} bytes runs past the end of its "
+            "record", "record_size")
     return p
 
 
@@ -200,11 +206,11 @@ cdef const unsigned char *parse_record(
     p = read_varint32(p, rec_end, &r.offset_delta)
     if p == NULL:
         raise CorruptRecordError(f"record {index}: offset delta is not a valid varint", "varint")
-    p = read_sized(p, rec_end, &r.key_size, True, f"record {index}: key")
+    p = read_sized(p, rec_end, &r.key_size, True, index, "key")
     r.key = p
     if r.key_size > 0:
         p += r.key_size
-    p = read_sized(p, rec_end, &r.value_size, True, f"record {index}: value")
+    p = read_sized(p, rec_end, &r.value_size, True, index, "value")
     r.value = p
     if r.value_size > 0:
         p += r.value_size
@@ -216,9 +222,9 @@ cdef const unsigned char *parse_record(
             f"record {index}: header count {r.header_count} is impossible", "header_count")
     r.headers = p
     for h in range(r.header_count):
-        p = read_sized(p, rec_end, &hkey, False, f"record {index}: header key")
+        p = read_sized(p, rec_end, &hkey, False, index, "header key")
         p += hkey
-        p = read_sized(p, rec_end, &hval, True, f"record {index}: header value")
+        p = read_sized(p, rec_end, &hval, True, index, "header value")
         if hval > 0:
             p += hval
     if p != rec_end:

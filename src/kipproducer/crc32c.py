@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._crc32c import (
     IMPLEMENTATION,
     crc32c,
+    crc32c_combine,
     crc32c_hardware,
     crc32c_software,
     hardware_available,
@@ -18,6 +19,7 @@ from ._crc32c import (
 __all__ = [
     "IMPLEMENTATION",
     "crc32c",
+    "crc32c_combine",
     "crc32c_hardware",
     "crc32c_software",
     "hardware_available",

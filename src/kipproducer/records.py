@@ -19,6 +19,7 @@ broken rule; the decoder never reads outside the buffer it is given.
 
 from __future__ import annotations
 
+from ._records import BATCH_HEADER_SIZE_ as BATCH_HEADER_SIZE
 from ._records import (
     LAYOUT,
     Batch,
@@ -31,7 +32,6 @@ from ._records import (
     set_partition_leader_epoch,
     validate_batch,
 )
-from ._records import BATCH_HEADER_SIZE_ as BATCH_HEADER_SIZE
 from ._records import LOG_OVERHEAD_ as LOG_OVERHEAD
 from .compression import CODEC_IDS, CODEC_NAMES
 from .errors import CorruptRecordError

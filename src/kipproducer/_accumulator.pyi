@@ -1,0 +1,113 @@
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._records import Headers
+
+def monotonic_ms() -> int: ...
+
+class ProducerBatch:
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    offsets_explicit: bool
+    transactional: bool
+    created_ms: int
+    first_timestamp: int
+    max_timestamp: int
+    opaques: list[Any] | None
+    finished: bool
+    attempts: int
+    @property
+    def data(self) -> memoryview: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def last_sequence(self) -> int: ...
+    @property
+    def compression(self) -> str | None: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+class PartitionState:
+    topic: str
+    partition: int
+    last_offset: int
+    next_sequence: int
+    @property
+    def open_records(self) -> int: ...
+    @property
+    def ready_batches(self) -> int: ...
+
+Column = Any  # pyarrow binary array, (data, offsets) tuple, or sequence of bytes | None
+
+class RecordAccumulator:
+    batch_size: int
+    batch_num_messages: int
+    linger_ms: int
+    max_bytes: int
+    max_messages: int
+    codec: int
+    producer_id: int
+    producer_epoch: int
+    transactional: bool
+    buffered_bytes: int
+    buffered_messages: int
+    def __init__(
+        self,
+        *,
+        batch_size: int = 1000000,
+        batch_num_messages: int = 10000,
+        linger_ms: float = 5,
+        max_bytes: int = 1073741824,
+        max_messages: int = 100000,
+        compression: str | None = None,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
+    ) -> None: ...
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None: ...
+    def partition_state(self, topic: str, partition: int) -> PartitionState: ...
+    def set_next_sequence(self, topic: str, partition: int, sequence: int) -> None: ...
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | str | None,
+        value: bytes | str | None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+        offset: int | None = None,
+        opaque: Any = None,
+    ) -> None: ...
+    def append_arrays(
+        self,
+        topic: str,
+        partition: int | npt.NDArray[np.int32],
+        values: Column,
+        keys: Column | None = None,
+        timestamps: npt.ArrayLike | None = None,
+        offsets: npt.ArrayLike | None = None,
+        headers: Headers | Sequence[Headers | None] | None = None,
+    ) -> int: ...
+    def drain(
+        self,
+        now_ms: int | None = None,
+        *,
+        flush: bool = False,
+        partitions: Collection[tuple[str, int]] | None = None,
+    ) -> list[ProducerBatch]: ...
+    def reenqueue(self, batch: ProducerBatch) -> None: ...
+    def release(self, batch: ProducerBatch) -> None: ...
+    def next_ready_ms(self, now_ms: int | None = None) -> int | None: ...
+    def purge(self) -> list[ProducerBatch]: ...
+    def __len__(self) -> int: ...
+

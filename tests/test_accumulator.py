@@ -1,0 +1,297 @@
+"""The record accumulator: batching rules, bounds, sequences, and the bulk path."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
+
+from kipproducer.accumulator import RecordAccumulator, from_config
+from kipproducer.errors import OffsetOrderError, QueueFullError
+from kipproducer.records import decode_batches
+
+
+def drained(acc, **kw):
+    return acc.drain(flush=True, **kw)
+
+
+def records_of(batches):
+    out = []
+    for b in batches:
+        (batch,) = decode_batches(b.data)
+        assert AioBatch(bytes(b.data)).validate_crc()
+        assert batch.base_offset == b.base_offset
+        assert batch.record_count == b.record_count
+        for r in batch:
+            out.append((b.topic, b.partition, r.offset, r.key, r.value, r.headers, r.timestamp))
+    return out
+
+
+def test_batches_only_hold_consecutive_offsets():
+    acc = RecordAccumulator(linger_ms=0)
+    offsets = [0, 1, 2, 5, 6, 100, 101, 102, 103, 200]
+    for o in offsets:
+        acc.append("t", 0, None, b"v%d" % o, None, 1, offset=o)
+    batches = drained(acc)
+    assert [(b.base_offset, b.record_count) for b in batches] == [
+        (0, 3), (5, 2), (100, 4), (200, 1)]
+    assert all(b.offsets_explicit for b in batches)
+    assert [r[2] for r in records_of(batches)] == offsets
+
+
+def test_explicit_offsets_must_strictly_increase_across_batches():
+    acc = RecordAccumulator(linger_ms=0)
+    acc.append("t", 0, None, b"a", offset=10)
+    drained(acc)
+    with pytest.raises(OffsetOrderError, match="strictly increase"):
+        acc.append("t", 0, None, b"b", offset=10)
+    with pytest.raises(OffsetOrderError):
+        acc.append("t", 0, None, b"b", offset=3)
+    acc.append("t", 1, None, b"other partition", offset=3)  # per partition
+    with pytest.raises(ValueError):
+        acc.append("t", 0, None, b"b", offset=-1)
+
+
+def test_plain_and_explicit_records_never_share_a_batch():
+    acc = RecordAccumulator(linger_ms=0)
+    acc.append("t", 0, None, b"a")
+    acc.append("t", 0, None, b"b", offset=7)
+    acc.append("t", 0, None, b"c")
+    batches = drained(acc)
+    assert [(b.offsets_explicit, b.base_offset, b.record_count) for b in batches] == [
+        (False, 0, 1), (True, 7, 1), (False, 0, 1)]
+
+
+def test_batch_size_and_message_count_limits():
+    acc = RecordAccumulator(batch_size=1000, batch_num_messages=7, linger_ms=0)
+    for _ in range(100):
+        acc.append("t", 0, b"k", b"x" * 50, None, 1)
+    batches = drained(acc)
+    assert all(b.size <= 1000 for b in batches)
+    assert all(b.record_count <= 7 for b in batches)
+    assert sum(b.record_count for b in batches) == 100
+    # A single record larger than batch.size still goes out, alone.
+    acc.append("t", 0, None, b"y" * 5000, None, 1)
+    (big,) = drained(acc)
+    assert big.record_count == 1 and big.size > 5000
+
+
+def test_linger():
+    acc = RecordAccumulator(linger_ms=50)
+    acc.append("t", 0, None, b"a")
+    st = acc.partition_state("t", 0)
+    assert st.open_records == 1
+    opened = acc.next_ready_ms()
+    assert 0 < opened <= 50
+    from kipproducer.accumulator import monotonic_ms
+
+    now = monotonic_ms()
+    assert acc.drain(now) == []
+    assert len(acc.drain(now + 60)) == 1
+    assert acc.next_ready_ms() is None
+
+
+def test_back_pressure_and_release():
+    acc = RecordAccumulator(max_messages=5, linger_ms=0)
+    for _ in range(5):
+        acc.append("t", 0, None, b"v")
+    with pytest.raises(QueueFullError) as err:
+        acc.append("t", 0, None, b"v")
+    assert isinstance(err.value, BufferError)
+    assert len(acc) == 5
+    batches = drained(acc)
+    with pytest.raises(BufferError):  # drained but not delivered: still counted
+        acc.append("t", 0, None, b"v")
+    for b in batches:
+        acc.release(b)
+    assert len(acc) == 0 and acc.buffered_bytes == 0
+    acc.append("t", 0, None, b"v")
+
+    small = RecordAccumulator(max_bytes=2000, linger_ms=0)
+    small.append("t", 0, None, b"x" * 1500)
+    with pytest.raises(QueueFullError):
+        small.append("t", 0, None, b"x" * 1500)
+
+
+def test_sequences_per_partition_assigned_at_drain():
+    acc = RecordAccumulator(linger_ms=0, batch_num_messages=3, producer_id=42, producer_epoch=3)
+    for _ in range(7):
+        acc.append("t", 0, None, b"a")
+        acc.append("t", 1, None, b"b")
+    batches = drained(acc)
+    by_part = {}
+    for b in batches:
+        assert (b.producer_id, b.producer_epoch) == (42, 3)
+        by_part.setdefault(b.partition, []).append((b.base_sequence, b.record_count))
+    assert by_part[0] == [(0, 3), (3, 3), (6, 1)] == by_part[1]
+    (first, *_rest) = decode_batches(batches[0].data)
+    assert first.base_sequence == 0 and first.producer_id == 42
+
+
+def test_sequence_wraps_after_int32_max():
+    acc = RecordAccumulator(linger_ms=0, producer_id=1, producer_epoch=0)
+    acc.set_next_sequence("t", 0, 2**31 - 2)
+    for _ in range(3):
+        acc.append("t", 0, None, b"a")
+    (b,) = drained(acc)
+    assert b.base_sequence == 2**31 - 2 and b.last_sequence == 0
+    acc.append("t", 0, None, b"a")
+    (b2,) = drained(acc)
+    assert b2.base_sequence == 1
+
+
+def test_retry_keeps_sequence_and_bytes():
+    acc = RecordAccumulator(linger_ms=0, producer_id=7, producer_epoch=0)
+    acc.append("t", 0, None, b"first")
+    (b1,) = drained(acc)
+    original = bytes(b1.data)
+    acc.append("t", 0, None, b"second")
+    acc.reenqueue(b1)
+    again = drained(acc)
+    assert again[0] is b1 and bytes(b1.data) == original and b1.base_sequence == 0
+    assert again[1].base_sequence == 1
+
+
+def test_epoch_bump_restarts_sequences_and_restamps_unsent_batches():
+    acc = RecordAccumulator(linger_ms=0, producer_id=7, producer_epoch=0)
+    for _ in range(4):
+        acc.append("t", 0, None, b"x")
+    (b1,) = drained(acc)
+    assert b1.base_sequence == 0
+    acc.append("t", 0, None, b"y")
+    (b2,) = drained(acc)
+    assert b2.base_sequence == 4
+    acc.set_producer(7, 1)
+    acc.reenqueue(b2)
+    acc.reenqueue(b1)
+    out = drained(acc)
+    assert out == [b1, b2]
+    assert [(b.producer_epoch, b.base_sequence) for b in out] == [(1, 0), (1, 4)]
+    (rb1,) = decode_batches(b1.data)  # CRC recomputed over the new header
+    assert rb1.producer_epoch == 1 and rb1.base_sequence == 0
+
+
+def test_opaques_follow_records():
+    acc = RecordAccumulator(linger_ms=0)
+    acc.append("t", 0, None, b"a")
+    acc.append("t", 0, None, b"b", opaque="B")
+    acc.append("t", 0, None, b"c", opaque=3)
+    (b,) = drained(acc)
+    assert b.opaques == [None, "B", 3]
+
+
+def test_compression_in_accumulator():
+    acc = RecordAccumulator(linger_ms=0, compression="zstd")
+    for _ in range(100):
+        acc.append("t", 0, b"k", b"value" * 20, [("h", b"1")], 5)
+    (b,) = drained(acc)
+    assert b.compression == "zstd" and b.size < 100 * 100
+    assert len(records_of([b])) == 100
+
+
+def test_from_config_maps_librdkafka_names():
+    acc = from_config({"batch.size": 2048, "linger.ms": 7, "queue.buffering.max.kbytes": 4,
+                       "queue.buffering.max.messages": 9, "compression.type": "lz4",
+                       "bootstrap.servers": "ignored"})
+    assert (acc.batch_size, acc.linger_ms, acc.max_bytes, acc.max_messages) == (2048, 7, 4096, 9)
+    assert acc.codec == 3
+
+
+# ---- bulk path ------------------------------------------------------------------------------
+
+N = 1000
+VALUES = [None if i % 17 == 0 else b"value-%d" % i * (i % 5) for i in range(N)]
+KEYS = [None if i % 13 == 0 else b"key-%d" % i for i in range(N)]
+TIMESTAMPS = np.arange(1_000, 1_000 + N, dtype=np.int64)
+OFFSETS = np.cumsum(np.where(np.arange(N) % 97 == 0, 5, 1)).astype(np.int64)
+
+
+def per_record_reference(offsets=None, headers=None, partitions=None):
+    acc = RecordAccumulator(linger_ms=0, batch_size=4096)
+    for i in range(N):
+        acc.append("t", 0 if partitions is None else int(partitions[i]), KEYS[i], VALUES[i],
+                   None if headers is None else headers[i], int(TIMESTAMPS[i]),
+                   None if offsets is None else int(offsets[i]))
+    return records_of(drained(acc))
+
+
+def arrow_pair(items):
+    arr = pa.array(items, type=pa.binary())
+    data = arr.buffers()[2]
+    return np.frombuffer(data, dtype=np.uint8) if data is not None else b"", np.frombuffer(
+        arr.buffers()[1], dtype=np.int32)
+
+
+@pytest.mark.parametrize("form", ["list", "object_array", "arrow", "large_arrow", "chunked",
+                                  "sliced_arrow"])
+def test_bulk_equals_per_record(form):
+    def column(items):
+        if form == "list":
+            return list(items)
+        if form == "object_array":
+            return np.array(items, dtype=object)
+        if form == "arrow":
+            return pa.array(items, type=pa.binary())
+        if form == "large_arrow":
+            return pa.array(items, type=pa.large_binary())
+        if form == "chunked":
+            return pa.chunked_array([items[:300], items[300:]], type=pa.binary())
+        return pa.array([b"junk"] * 3 + list(items), type=pa.binary()).slice(3)
+
+    acc = RecordAccumulator(linger_ms=0, batch_size=4096)
+    n = acc.append_arrays("t", 0, column(VALUES), keys=column(KEYS), timestamps=TIMESTAMPS,
+                          offsets=OFFSETS)
+    assert n == N
+    bulk = records_of(drained(acc))
+    assert bulk == per_record_reference(offsets=OFFSETS)
+
+
+def test_bulk_data_offsets_tuple_int32_and_int64():
+    vals = [b"v%d" % i for i in range(N)]
+    blob = b"".join(vals)
+    pos = np.concatenate([[0], np.cumsum([len(v) for v in vals])])
+    for dtype in (np.int32, np.int64):
+        acc = RecordAccumulator(linger_ms=0)
+        acc.append_arrays("t", 0, (np.frombuffer(blob, np.uint8), pos.astype(dtype)),
+                          timestamps=TIMESTAMPS)
+        assert [r[4] for r in records_of(drained(acc))] == vals
+
+
+def test_bulk_headers_shared_and_per_record():
+    shared = [("source", b"bulk"), ("n", None)]
+    acc = RecordAccumulator(linger_ms=0, batch_size=4096)
+    acc.append_arrays("t", 0, VALUES, keys=KEYS, timestamps=TIMESTAMPS, headers=shared)
+    assert all(r[5] == shared for r in records_of(drained(acc)))
+    per = [None if i % 3 else [("i", b"%d" % i)] for i in range(N)]
+    acc.append_arrays("t", 0, VALUES, keys=KEYS, timestamps=TIMESTAMPS, headers=per)
+    assert records_of(drained(acc)) == per_record_reference(headers=per)
+
+
+def test_bulk_partition_array():
+    parts = (np.arange(N) % 3).astype(np.int32)
+    acc = RecordAccumulator(linger_ms=0, batch_size=4096)
+    acc.append_arrays("t", parts, VALUES, keys=KEYS, timestamps=TIMESTAMPS)
+    got = sorted(records_of(drained(acc)), key=lambda r: (r[1], r[6]))
+    want = sorted(per_record_reference(partitions=parts), key=lambda r: (r[1], r[6]))
+    assert got == want
+
+
+def test_bulk_stops_at_the_bounds():
+    acc = RecordAccumulator(linger_ms=0, max_messages=600)
+    assert acc.append_arrays("t", 0, VALUES, timestamps=TIMESTAMPS) == 600
+    assert len(acc) == 600
+
+
+def test_bulk_bad_columns():
+    acc = RecordAccumulator(linger_ms=0)
+    with pytest.raises(ValueError, match="same length"):
+        acc.append_arrays("t", 0, VALUES, keys=KEYS[:10])
+    with pytest.raises(TypeError):
+        acc.append_arrays("t", 0, np.zeros(10, dtype=np.int64))
+    with pytest.raises(ValueError, match="past the end"):
+        acc.append_arrays("t", 0, (np.zeros(4, np.uint8), np.array([0, 2, 9], np.int64)))
+    with pytest.raises(ValueError, match="decrease"):
+        acc.append_arrays("t", 0, (np.zeros(4, np.uint8), np.array([0, 3, 2], np.int64)))
+    with pytest.raises(TypeError):
+        acc.append_arrays("t", 0, [b"ok", 5])
+    with pytest.raises(OffsetOrderError):
+        acc.append_arrays("t", 0, [b"a", b"b"], offsets=np.array([5, 5]))
