@@ -12,24 +12,28 @@ Rules the generated code follows:
 * unknown tagged fields are skipped (KIP-482), known ones are read within their size;
 * every failure is a :class:`ProtocolError` naming the struct (truncation, bad UTF-8,
   negative or overrunning lengths, nulls in non-nullable fields, overlong varints);
-* objects are built without calling the dataclass ``__init__`` (slot setters).
+* objects are built without calling the dataclass ``__init__``: attributes are stored
+  on a mutable mirror of the class, whose ``__class__`` is then switched (see
+  ``field_specs.mutable_mirror``).
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from typing import Any
 
 from . import wire
-from .errors import ProtocolError
+from .codegen import GeneratedSource
 from .field_specs import (
     FIXED_KINDS,
     FieldSpec,
     body_specs,
     field_specs,
     min_wire_size,
+    mutable_mirror,
     slot_setters,
     tagged_specs,
 )
@@ -38,7 +42,6 @@ Decoder = Callable[[Any, int, int], tuple[Any, int]]
 
 _BASE_NAMESPACE: dict[str, Any] = {
     "struct_error": struct.error,
-    "ProtocolError": ProtocolError,
     "new": object.__new__,
     "uvarint_tail": wire.uvarint_tail,
     "unpack_array": wire.unpack_array,
@@ -59,36 +62,8 @@ def owner_name(cls: type) -> str:
     return f"{cls.__name__} v{cls.__version__}"  # type: ignore[attr-defined]
 
 
-class _Source:
-    """Accumulates generated lines and the objects they refer to."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.namespace: dict[str, Any] = dict(_BASE_NAMESPACE)
-        self._counter = 0
-
-    def fresh(self, prefix: str) -> str:
-        self._counter += 1
-        return f"{prefix}{self._counter}"
-
-    def bind(self, prefix: str, obj: Any) -> str:
-        name = self.fresh(prefix)
-        self.namespace[name] = obj
-        return name
-
-    def emit(self, indent: int, line: str) -> None:
-        self.lines.append("    " * indent + line)
-
-    def compile(self, function_name: str) -> Any:
-        code = "\n".join(self.lines)
-        exec(compile(code, f"<kipproducer decoder {function_name}>", "exec"), self.namespace)
-        return self.namespace[function_name]
-
-
 def _element_spec(spec: FieldSpec) -> FieldSpec:
     """The spec of one array element: same kind, never null, not an array."""
-    from dataclasses import replace
-
     return replace(spec, is_array=False, nullable=False, tag=None)
 
 
@@ -107,7 +82,7 @@ class _DecoderWriter:
         self.cls = cls
         self.flexible: bool = cls.__flexible__  # type: ignore[attr-defined]
         self.owner = owner_name(cls)
-        self.src = _Source()
+        self.src = GeneratedSource(_BASE_NAMESPACE, f"decoder of {self.owner}")
 
     # -- value readers: each emits lines that leave the value in `target` --------------
 
@@ -220,7 +195,12 @@ class _DecoderWriter:
         emit(body + 1, f"raise length_overrun({where_lit} + ' (array)', {n}, end - pos)")
         if spec.kind in FIXED_KINDS:
             size, code = FIXED_KINDS[spec.kind]
-            emit(body, f"{target} = unpack_array({code!r}, {n}, buf, pos)")
+            # Short arrays (the usual replica lists) use a prebuilt Struct per length.
+            table = self.src.bind("ARRAYS", wire.small_array_structs(code))
+            emit(body, f"if {n} < {wire.SMALL_ARRAY_LIMIT}:")
+            emit(body + 1, f"{target} = {table}[{n}].unpack_from(buf, pos)")
+            emit(body, "else:")
+            emit(body + 1, f"{target} = unpack_array({code!r}, {n}, buf, pos)")
             emit(body, f"pos += {n} * {size}")
             if spec.kind == "uuid":
                 emit(body, f"{target} = tuple(map(uuid_from_bytes, {target}))")
@@ -299,12 +279,25 @@ class _DecoderWriter:
                 self._read_value(group, names[group.name], 2)
         if self.flexible:
             self._emit_tag_buffer(tagged_specs(cls), names, 2)
-        src.emit(2, f"obj = new({src.bind('CLS', cls)})")
-        for spec, setter in zip(specs, slot_setters(cls), strict=True):
-            src.emit(2, f"{src.bind('SET', setter)}(obj, {names[spec.name]})")
+        self._emit_construction(specs, names, 2)
         src.emit(2, "return obj, pos")
         self._emit_handlers(1)
         return src.compile("decode")  # type: ignore[no-any-return]
+
+    def _emit_construction(
+        self, specs: tuple[FieldSpec, ...], names: dict[str, str], indent: int
+    ) -> None:
+        src = self.src
+        mirror = mutable_mirror(self.cls)
+        if mirror is None:
+            src.emit(indent, f"obj = new({src.bind('CLS', self.cls)})")
+            for spec, setter in zip(specs, slot_setters(self.cls), strict=True):
+                src.emit(indent, f"{src.bind('SET', setter)}(obj, {names[spec.name]})")
+            return
+        src.emit(indent, f"obj = new({src.bind('MIRROR', mirror)})")
+        for spec in specs:
+            src.emit(indent, f"obj.{spec.name} = {names[spec.name]}")
+        src.emit(indent, f"obj.__class__ = {src.bind('CLS', self.cls)}")
 
     def _emit_tag_buffer(
         self, tagged: tuple[FieldSpec, ...], names: dict[str, str], indent: int

@@ -273,6 +273,31 @@ def slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...]:
 
 
 @cache
+def mutable_mirror(cls: type) -> type | None:
+    """A plain class with exactly ``cls``'s slot layout, or None if none can be made.
+
+    Decoders fill an instance of the mirror with ordinary attribute stores (specialised,
+    much cheaper than calling each slot descriptor's ``__set__``) and then switch its
+    ``__class__`` to ``cls``, which CPython allows between classes of identical layout.
+    The switch is tried once here, so an incompatible class falls back to setters.
+    """
+    chain = [c for c in reversed(cls.__mro__) if c is not object]
+    if any("__slots__" not in vars(c) or "__dict__" in vars(c) for c in chain):
+        return None
+    mirror: type = object
+    for klass in chain:
+        slots = vars(klass)["__slots__"]
+        slots = (slots,) if isinstance(slots, str) else tuple(slots)
+        mirror = type(f"_{klass.__name__}Mirror", (mirror,), {"__slots__": slots})
+    probe = object.__new__(mirror)
+    try:
+        probe.__class__ = cls
+    except TypeError:
+        return None
+    return mirror
+
+
+@cache
 def needs_normalizing(cls: type) -> bool:
     """Whether kio-built instances of ``cls`` can hold values in kio's representation."""
     for spec in field_specs(cls):

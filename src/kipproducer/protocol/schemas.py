@@ -81,7 +81,6 @@ def response_class(api_key: int, version: int) -> type:
         raise ProtocolError(f"unsupported version {version} of api key {api_key}") from None
 
 
-@cache
 def request_header_version(api_key: int, version: int) -> int:
     """1 or 2. For a version kio does not know, the nearest known version decides, as in
     Kafka where ``flexibleVersions`` is "N+": a too-new ApiVersions request still gets its

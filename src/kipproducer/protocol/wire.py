@@ -9,6 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Sequence
+from functools import cache
 from typing import Any, Final
 
 from .errors import ProtocolError
@@ -81,6 +82,15 @@ def _array_struct(code: str, count: int) -> struct.Struct:
         if count <= _ARRAY_STRUCT_CACHE_LIMIT:
             _array_structs[key] = found
     return found
+
+
+SMALL_ARRAY_LIMIT: Final = 32
+
+
+@cache
+def small_array_structs(code: str) -> tuple[struct.Struct, ...]:
+    """Structs for arrays of 0 .. SMALL_ARRAY_LIMIT-1 values of one struct code."""
+    return tuple(_array_struct(code, count) for count in range(SMALL_ARRAY_LIMIT))
 
 
 def unpack_array(code: str, count: int, buf: Any, pos: int) -> tuple[Any, ...]:

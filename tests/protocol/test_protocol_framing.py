@@ -1,0 +1,206 @@
+"""Frames and headers, checked against kio's header classes where kio has them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kio.schema.request_header.v1 import RequestHeader as KioRequestHeaderV1
+from kio.schema.request_header.v2 import RequestHeader as KioRequestHeaderV2
+from kio.schema.response_header.v0 import ResponseHeader as KioResponseHeaderV0
+from kio.schema.response_header.v1 import ResponseHeader as KioResponseHeaderV1
+from protocol_test_support import kio_read, kio_write
+
+from kipproducer.protocol import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameSplitter,
+    ProtocolError,
+    build_request,
+    build_response,
+    decode,
+    decode_request,
+    decode_response,
+    encode,
+    encode_request_frame,
+    encode_request_frame_parts,
+    encode_response_frame,
+    encode_response_frame_parts,
+    error_codes,
+    expects_response,
+    frame_size,
+    parse_request_header,
+    peek_correlation_id,
+    read_frame,
+    request_header_version,
+    response_header_version,
+)
+
+ONE_MIB = bytes(range(256)) * 4096
+
+
+def produce_request(records: bytes, version: int = 9, acks: int = -1) -> object:
+    return build_request(0, version, acks=acks, timeout=1000, topic_data=[
+        {"name": "t", "partition_data": [{"index": 0, "records": records}]}])
+
+
+class TestHeaders:
+    @pytest.mark.parametrize("client_id", [None, "", "client-é"])
+    @pytest.mark.parametrize("header_class", [KioRequestHeaderV1, KioRequestHeaderV2])
+    def test_request_header_matches_kio(self, header_class: type, client_id: str | None) -> None:
+        version = 12 if header_class is KioRequestHeaderV2 else 8
+        kio_header = header_class(request_api_key=3, request_api_version=version,
+                                  correlation_id=-5, client_id=client_id)
+        kio_bytes = kio_write(header_class, kio_header)
+        # Generic codec on kio's header class (client_id stays a legacy string in v2).
+        assert bytes(encode(kio_header)) == kio_bytes
+        assert decode(header_class, kio_bytes)[0] == kio_header
+        # The framing fast path writes the same header.
+        body = build_request(3, version)
+        frame = bytes(encode_request_frame(-5, client_id, body))
+        assert frame[4:].startswith(kio_bytes)
+        header, offset = parse_request_header(frame[4:])
+        assert offset == len(kio_bytes)
+        assert header == (3, version, -5, client_id, header_class.__version__)
+
+    @pytest.mark.parametrize("header_class", [KioResponseHeaderV0, KioResponseHeaderV1])
+    def test_response_header_matches_kio(self, header_class: type) -> None:
+        kio_header = header_class(correlation_id=77)
+        kio_bytes = kio_write(header_class, kio_header)
+        assert bytes(encode(kio_header)) == kio_bytes
+        version = 12 if header_class is KioResponseHeaderV1 else 8
+        frame = bytes(encode_response_frame(77, build_response(3, version)))
+        assert frame[4:].startswith(kio_bytes)
+        assert kio_read(header_class, frame[4:]) == kio_header
+
+    def test_header_versions(self) -> None:
+        assert request_header_version(3, 8) == 1 and request_header_version(3, 9) == 2
+        assert response_header_version(3, 8) == 0 and response_header_version(3, 9) == 1
+        # ApiVersions responses always use header v0, the request follows flexibility.
+        assert [response_header_version(18, v) for v in range(5)] == [0] * 5
+        assert [request_header_version(18, v) for v in range(5)] == [1, 1, 1, 2, 2]
+        # Versions beyond kio's: the nearest known one decides; unknown keys read as v1.
+        assert request_header_version(18, 9) == 2
+        assert request_header_version(999, 0) == 1
+
+    def test_api_versions_response_has_no_header_tag_buffer(self) -> None:
+        frame = bytes(encode_response_frame(3, build_response(18, 3)))
+        assert frame[4:8] == b"\x00\x00\x00\x03"
+        assert frame[8:10] == b"\x00\x00"  # error_code follows the correlation id directly
+
+    def test_unknown_header_tags_are_skipped(self) -> None:
+        frame = bytearray(encode_request_frame(8, "c", build_request(3, 12)))[4:]
+        header, offset = parse_request_header(bytes(frame))
+        assert frame[offset - 1] == 0
+        forged = bytes(frame[: offset - 1]) + b"\x01\x07\x02zz" + bytes(frame[offset:])
+        assert decode_request(forged) == decode_request(bytes(frame))
+
+
+class TestFrames:
+    def test_frame_size_limits(self) -> None:
+        assert frame_size(b"\x00\x00\x00\x00") == 0
+        assert frame_size(DEFAULT_MAX_FRAME_BYTES.to_bytes(4, "big")) == DEFAULT_MAX_FRAME_BYTES
+        with pytest.raises(ProtocolError, match="exceeds the maximum"):
+            frame_size((DEFAULT_MAX_FRAME_BYTES + 1).to_bytes(4, "big"))
+        with pytest.raises(ProtocolError, match="negative"):
+            frame_size(b"\xff\xff\xff\xff")
+        with pytest.raises(ProtocolError, match="exceeds the maximum of 10"):
+            frame_size(b"\x00\x00\x00\x0b", max_bytes=10)
+
+    def test_read_frame(self) -> None:
+        frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
+
+        async def scenario() -> None:
+            reader = asyncio.StreamReader()
+            reader.feed_data(frame + frame)
+            reader.feed_eof()
+            assert await read_frame(reader) == frame[4:]
+            assert await read_frame(reader) == frame[4:]
+            assert await read_frame(reader) is None  # clean end of stream
+
+            reader = asyncio.StreamReader()
+            reader.feed_data(frame[:-1])
+            reader.feed_eof()
+            with pytest.raises(ProtocolError, match="stream ended after"):
+                await read_frame(reader)
+
+            reader = asyncio.StreamReader()
+            reader.feed_data(b"\x00\x00")
+            reader.feed_eof()
+            with pytest.raises(ProtocolError, match="size prefix"):
+                await read_frame(reader)
+
+        asyncio.run(scenario())
+
+    def test_frame_splitter(self) -> None:
+        frames = [bytes(encode_request_frame(i, "c", build_request(3, 12))) for i in range(3)]
+        stream = b"".join(frames)
+        for chunk in (1, 3, 7, len(stream)):
+            splitter = FrameSplitter()
+            out: list[bytes] = []
+            for start in range(0, len(stream), chunk):
+                out += splitter.feed(stream[start : start + chunk])
+            assert out == [f[4:] for f in frames]
+            assert splitter.buffered == 0
+        with pytest.raises(ProtocolError, match="exceeds the maximum"):
+            FrameSplitter(max_bytes=8).feed(frames[0])
+
+    def test_response_correlation_and_decode(self) -> None:
+        body = build_response(3, 12, brokers=[{"node_id": 1, "host": "h", "port": 1}])
+        frame = bytes(encode_response_frame(123456, body))[4:]
+        assert peek_correlation_id(frame) == 123456
+        assert decode_response(frame, 3, 12) == (123456, body)
+        with pytest.raises(ProtocolError):
+            peek_correlation_id(b"\x00")
+
+    def test_api_versions_answered_at_v0_is_read_as_v0(self) -> None:
+        # KIP-511: a broker answers an ApiVersions version it does not serve with v0.
+        v0 = build_response(18, 0, error_code=error_codes.UNSUPPORTED_VERSION,
+                            api_keys=[{"api_key": 18, "min_version": 0, "max_version": 2}])
+        frame = bytes(encode_response_frame(5, v0))[4:]
+        correlation_id, body = decode_response(frame, 18, 3)
+        assert correlation_id == 5
+        assert body == v0 and body.error_code == 35
+
+    def test_api_versions_request_at_unknown_version_keeps_its_header(self) -> None:
+        frame = bytearray(encode_request_frame(31, "c", build_request(18, 4)))[4:]
+        frame[2:4] = b"\x00\x07"  # claim ApiVersions v7
+        with pytest.raises(ProtocolError) as caught:
+            decode_request(bytes(frame))
+        assert caught.value.header == (18, 7, 31, "c", 2)
+
+    def test_expects_response(self) -> None:
+        assert not expects_response(produce_request(b"x", acks=0))
+        assert expects_response(produce_request(b"x", acks=1))
+        assert expects_response(build_request(3, 12))
+
+
+class TestRecordsWithoutCopies:
+    def test_decoded_records_are_views_of_the_frame(self) -> None:
+        frame = bytearray(encode_request_frame(1, "c", produce_request(ONE_MIB)))[4:]
+        body = decode_request(frame).body
+        records = body.topic_data[0].partition_data[0].records
+        assert isinstance(records, memoryview)
+        assert records.obj is frame and not records.readonly
+        assert records == ONE_MIB
+        # A broker can stamp the base offset in place.
+        records[0:8] = (42).to_bytes(8, "big")
+        assert frame.find((42).to_bytes(8, "big")) > 0
+
+    def test_parts_pass_large_records_through_by_reference(self) -> None:
+        request = produce_request(ONE_MIB)
+        parts = encode_request_frame_parts(1, "c", request)
+        assert any(part is ONE_MIB for part in parts)
+        assert b"".join(parts) == bytes(encode_request_frame(1, "c", request))
+
+        response = build_response(1, 12, responses=[{"topic": "t", "partitions": [
+            {"partition_index": 0, "records": ONE_MIB},
+            {"partition_index": 1, "records": ONE_MIB}]}])
+        parts = encode_response_frame_parts(9, response)
+        assert sum(part is ONE_MIB for part in parts) == 2
+        joined = b"".join(parts)
+        assert joined == bytes(encode_response_frame(9, response))
+        assert decode_response(joined[4:], 1, 12).body == response
+
+    def test_small_records_are_copied_inline(self) -> None:
+        parts = encode_request_frame_parts(1, "c", produce_request(b"small"))
+        assert len(parts) == 1
