@@ -13,6 +13,57 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run(records=args.records)
 
 
+def _config_pairs(pairs: list[str]) -> dict[str, str]:
+    config = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"kip: --config wants key=value, got {pair!r}")
+        config[name.strip()] = value.strip()
+    return config
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise SystemExit(f"kip: --listen wants HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import signal
+
+    from .broker.broker import Broker
+    from .broker.broker_config import BrokerConfigError
+
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    host, port = _listen_address(args.listen)
+    try:
+        broker = Broker(args.data_dir, host=host, port=port, config=_config_pairs(args.config))
+    except BrokerConfigError as exc:
+        print(f"kip broker: {exc}", file=sys.stderr)
+        return 2
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        bound_host, bound_port = await broker.start()
+        print(f"listening on {bound_host}:{bound_port}", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            logging.getLogger("kipproducer.broker").info("shutting down")
+            await broker.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kip", description="kipproducer command line")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -21,6 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--records", type=int, default=200_000,
                       help="records in the speed part (default 200000)")
     demo.set_defaults(func=cmd_demo)
+
+    broker = sub.add_parser("broker", help="run the reference Kafka broker in the foreground")
+    broker.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
+                        help="address to listen on (port 0: a free port, printed on the first "
+                             "stdout line as 'listening on HOST:PORT')")
+    broker.add_argument("--data-dir", required=True, help="where logs and metadata live")
+    broker.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker property with Kafka's name, e.g. num.partitions=3 or "
+                             "log.flush.interval.messages=1 (repeatable)")
+    broker.add_argument("--log-level", default="info",
+                        choices=["debug", "info", "warning", "error"])
+    broker.set_defaults(func=cmd_broker)
     return parser
 
 

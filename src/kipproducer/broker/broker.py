@@ -1,0 +1,142 @@
+"""The reference broker: one node, its logs, its group coordinator and its listener.
+
+``Broker(data_dir, host=..., port=..., config=...)``; ``await start()`` opens the data dir
+(recovering every log), starts the listener and the maintenance timer; ``await stop()`` closes
+connections, flushes and closes the logs. Request handlers (``handlers/``) reach everything
+through the ``Broker`` passed in their context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from . import handlers as _handlers  # noqa: F401  (registers every API handler)
+from .broker_config import BrokerConfig
+from .groups import GroupCoordinator
+from .server import BrokerServer
+from .storage.log_manager import LogManager
+
+log = logging.getLogger("kipproducer.broker")
+
+
+class Broker:
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        config: BrokerConfig | Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(config, BrokerConfig):
+            config = BrokerConfig.from_properties(config)
+        self.config = config
+        self.data_dir = os.fspath(data_dir)
+        self.server = BrokerServer(self, host, port)
+        self.logs: LogManager | None = None
+        self.groups: GroupCoordinator | None = None
+        self._data_arrived = asyncio.Event()
+        self._maintenance: asyncio.Task | None = None
+        self._started = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        self._data_arrived = asyncio.Event()
+        # Opening recovers every partition (CRC checks of unflushed tails): off the loop.
+        self.logs = await loop.run_in_executor(
+            None, lambda: LogManager(self.data_dir, broker_defaults=self.config.topic_defaults)
+        )
+        self.groups = GroupCoordinator(
+            os.path.join(self.data_dir, "__groups"),
+            initial_rebalance_delay_ms=self.config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=self.config.group_min_session_timeout_ms,
+            max_session_timeout_ms=self.config.group_max_session_timeout_ms,
+            offsets_retention_ms=self.config.offsets_retention_minutes * 60_000,
+        )
+        await self.groups.start()
+        host, port = await self.server.start()
+        self._maintenance = asyncio.create_task(self._maintenance_loop())
+        self._started = True
+        log.info(
+            "broker %d listening on %s:%d, data dir %s",
+            self.config.node_id,
+            host,
+            port,
+            self.data_dir,
+        )
+        return host, port
+
+    async def stop(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+            self._maintenance = None
+        await self.server.stop()
+        if self.groups is not None:
+            await self.groups.close()
+            self.groups = None
+        if self.logs is not None:
+            logs, self.logs = self.logs, None
+            await asyncio.get_running_loop().run_in_executor(None, logs.close)
+        self._started = False
+
+    async def _maintenance_loop(self) -> None:
+        interval = (
+            min(
+                self.config.log_flush_scheduler_interval_ms,
+                self.config.log_retention_check_interval_ms,
+            )
+            / 1000
+        )
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            logs = self.logs
+            if logs is None:
+                return
+            try:
+                report = await loop.run_in_executor(None, logs.run_periodic_tasks)
+                for error in report.errors:
+                    log.warning("maintenance: %s", error)
+            except Exception:
+                log.exception("maintenance run failed")
+
+    # -- what clients are told --------------------------------------------------------------------
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def advertised_host(self) -> str:
+        return self.config.advertised_host or self.server.host
+
+    @property
+    def advertised_port(self) -> int:
+        return self.server.port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.advertised_host}:{self.advertised_port}"
+
+    # -- fetch long-poll --------------------------------------------------------------------------
+
+    def notify_appended(self) -> None:
+        """Wake fetches waiting for data (they re-read their partitions)."""
+        self._data_arrived.set()
+        self._data_arrived = asyncio.Event()
+
+    async def wait_for_data(self, timeout_s: float) -> None:
+        if timeout_s <= 0:
+            return
+        event = self._data_arrived
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            pass

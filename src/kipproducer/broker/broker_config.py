@@ -1,0 +1,141 @@
+"""Broker-wide configuration, with Kafka's property names and defaults.
+
+``BrokerConfig.from_properties({"num.partitions": "3", ...})`` takes what ``kip broker
+--config key=value`` and ``EmbeddedBroker(config=...)`` pass. Properties that are topic-config
+defaults (``log.segment.bytes``, ``log.retention.ms``, ``log.flush.interval.messages``, ...)
+are handed to the log layer as broker defaults under their topic-config names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+# Broker property -> topic config it supplies the default for (Kafka's names).
+TOPIC_DEFAULTS_FROM_BROKER = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "min.insync.replicas": "min.insync.replicas",
+}
+
+
+class BrokerConfigError(ValueError):
+    """A broker property is unknown or has a bad value."""
+
+
+def _bool(text: str) -> bool:
+    lowered = str(text).strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return lowered == "true"
+
+
+@dataclass
+class BrokerConfig:
+    """Every broker-level property the reference broker honours (Kafka names in metadata)."""
+
+    node_id: int = field(default=1, metadata={"name": "node.id"})
+    cluster_id: str = field(default="kipproducer-cluster", metadata={"name": "cluster.id"})
+    advertised_host: str | None = field(
+        default=None,
+        metadata={
+            "name": "advertised.host",
+            "doc": "host clients are told to connect to; default: the listen host",
+        },
+    )
+    socket_request_max_bytes: int = field(
+        default=104_857_600, metadata={"name": "socket.request.max.bytes"}
+    )
+    connections_max_idle_ms: int = field(
+        default=600_000, metadata={"name": "connections.max.idle.ms"}
+    )
+    request_read_timeout_ms: int = field(
+        default=30_000,
+        metadata={
+            "name": "request.read.timeout.ms",
+            "doc": "a request "
+            "whose bytes take longer than this to arrive (slow-loris) "
+            "closes its connection",
+        },
+    )
+    num_partitions: int = field(default=1, metadata={"name": "num.partitions"})
+    auto_create_topics_enable: bool = field(
+        default=True, metadata={"name": "auto.create.topics.enable"}
+    )
+    default_replication_factor: int = field(
+        default=1, metadata={"name": "default.replication.factor"}
+    )
+    group_initial_rebalance_delay_ms: int = field(
+        default=0,
+        metadata={
+            "name": "group.initial.rebalance.delay.ms",
+            "doc": "Kafka "
+            "defaults to 3000; its sample server.properties sets 0 for "
+            "development, which suits an embedded broker",
+        },
+    )
+    group_min_session_timeout_ms: int = field(
+        default=6000, metadata={"name": "group.min.session.timeout.ms"}
+    )
+    group_max_session_timeout_ms: int = field(
+        default=1_800_000, metadata={"name": "group.max.session.timeout.ms"}
+    )
+    offsets_retention_minutes: int = field(
+        default=10080, metadata={"name": "offsets.retention.minutes"}
+    )
+    log_retention_check_interval_ms: int = field(
+        default=300_000, metadata={"name": "log.retention.check.interval.ms"}
+    )
+    log_flush_scheduler_interval_ms: int = field(
+        default=1000, metadata={"name": "log.flush.scheduler.interval.ms"}
+    )
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def properties(cls) -> dict[str, Any]:
+        return {f.metadata["name"]: f for f in fields(cls) if "name" in f.metadata}
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> BrokerConfig:
+        known = cls.properties()
+        values: dict[str, Any] = {}
+        topic_defaults: dict[str, str] = {}
+        for name, raw in (props or {}).items():
+            if name in TOPIC_DEFAULTS_FROM_BROKER:
+                topic_defaults[TOPIC_DEFAULTS_FROM_BROKER[name]] = str(raw)
+                continue
+            spec = known.get(name)
+            if spec is None:
+                raise BrokerConfigError(
+                    f"unknown broker property {name!r}; known: "
+                    + ", ".join(sorted([*known, *TOPIC_DEFAULTS_FROM_BROKER]))
+                )
+            try:
+                if spec.type in ("int", int):
+                    value: Any = int(str(raw).strip())
+                elif spec.type in ("bool", bool):
+                    value = raw if isinstance(raw, bool) else _bool(raw)
+                else:
+                    value = None if raw is None else str(raw)
+            except ValueError as exc:
+                raise BrokerConfigError(f"broker property {name}={raw!r}: {exc}") from None
+            values[spec.name] = value
+        config = cls(**values, topic_defaults=topic_defaults)
+        if config.socket_request_max_bytes < 1024:
+            raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
+        if config.num_partitions < 1:
+            raise BrokerConfigError("num.partitions must be at least 1")
+        return config

@@ -1,0 +1,57 @@
+"""Offset-commit rules of classic groups and offset retention (KIP-211)."""
+
+from __future__ import annotations
+
+from . import errors
+from .group import ClassicGroup, GroupState
+from .results import TopicPartition
+
+
+def validate_offset_commit(
+    group: ClassicGroup, member_id: str, group_instance_id: str | None, generation_id: int
+) -> int:
+    """NONE, or the error every partition of an OffsetCommit gets.
+
+    Generation -1 with no member id is a commit from outside group management (an admin tool,
+    or a consumer using ``assign()``); Kafka accepts it only while the group has no members.
+    Anything else must come from a current member of the current generation, and not while the
+    group waits for the leader's assignment (the member would commit for partitions it may be
+    about to lose).
+    """
+    if group.is_in(GroupState.DEAD):
+        return errors.COORDINATOR_NOT_AVAILABLE
+    if generation_id < 0 and group.is_in(GroupState.EMPTY):
+        return errors.NONE
+    if generation_id >= 0 or member_id or group_instance_id is not None:
+        error = group.validate_member(member_id, group_instance_id)
+        if error != errors.NONE:
+            return error
+        if generation_id != group.generation_id:
+            return errors.ILLEGAL_GENERATION
+    elif not group.is_in(GroupState.EMPTY):
+        return errors.UNKNOWN_MEMBER_ID
+    if group.is_in(GroupState.COMPLETING_REBALANCE):
+        return errors.REBALANCE_IN_PROGRESS
+    return errors.NONE
+
+
+def expired_partitions(group: ClassicGroup, now_ms: int, retention_ms: int) -> list[TopicPartition]:
+    """Offsets of ``group`` older than the retention period.
+
+    Only groups without members lose offsets. A group that used group management counts from
+    when it became Empty (or the commit, if later: an admin reset of an idle group restarts the
+    clock); a "simple" group that only ever received admin commits counts from each commit.
+    Kafka also expires offsets of a Stable "consumer" group for topics it no longer subscribes
+    to; that needs parsing consumer metadata, which this coordinator never does.
+    """
+    if not group.is_in(GroupState.EMPTY):
+        return []
+    became_empty = group.state_timestamp_ms if group.protocol_type is not None else None
+    expired = []
+    for tp, committed in group.offsets.items():
+        base = committed.commit_timestamp_ms
+        if became_empty is not None:
+            base = max(base, became_empty)
+        if now_ms - base >= retention_ms:
+            expired.append(tp)
+    return expired

@@ -1,0 +1,331 @@
+"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs and DeleteRecords.
+
+This is a single-node broker: replication factors other than 1 (or -1, "the default") and
+replica assignments naming another broker are refused with INVALID_REPLICATION_FACTOR /
+INVALID_REQUEST and a message that says why.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kipproducer.protocol import build_response
+from kipproducer.protocol import error_codes as ec
+
+from ..api import RequestContext, handles
+from ..storage.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from ..storage.log_config import SOURCE_DEFAULT_CONFIG
+from .common import INVALID_CONFIG, logs_of
+
+log = logging.getLogger("kipproducer.broker")
+
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
+DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
+
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _error_of(exc: Exception) -> int:
+    if isinstance(exc, TopicExistsError):
+        return ec.TOPIC_ALREADY_EXISTS
+    if isinstance(exc, InvalidTopicError):
+        return ec.INVALID_TOPIC_EXCEPTION
+    if isinstance(exc, InvalidPartitionsError):
+        return ec.INVALID_PARTITIONS
+    if isinstance(exc, InvalidConfigError):
+        return INVALID_CONFIG
+    if isinstance(exc, UnknownTopicError):
+        return ec.UNKNOWN_TOPIC_OR_PARTITION
+    raise exc
+
+
+@handles(CREATE_TOPICS, 2, 7)
+async def create_topics(ctx: RequestContext, body):
+    logs = logs_of(ctx)
+    v = ctx.api_version
+    node = ctx.broker.node_id
+    results = []
+    for topic in body.topics:
+        answer = {"name": topic.name, "error_code": ec.NONE, "error_message": None}
+        try:
+            partitions = topic.num_partitions
+            if topic.assignments:
+                if partitions != -1:
+                    raise _Refused(
+                        ec.INVALID_REQUEST, "give either num_partitions or assignments, not both"
+                    )
+                if any(tuple(a.broker_ids) != (node,) for a in topic.assignments):
+                    raise _Refused(
+                        ec.INVALID_REPLICATION_FACTOR,
+                        f"this single-node broker can only place replicas on broker {node}",
+                    )
+                partitions = len(topic.assignments)
+            if partitions == -1:
+                partitions = ctx.broker.config.num_partitions
+            if topic.replication_factor not in (-1, 1):
+                raise _Refused(
+                    ec.INVALID_REPLICATION_FACTOR,
+                    f"replication factor {topic.replication_factor} is larger than "
+                    "the 1 broker of this cluster",
+                )
+            configs = {c.name: c.value for c in topic.configs}
+            info = logs.create_topic(
+                topic.name, partitions, configs, validate_only=body.validate_only
+            )
+            if v >= 5:
+                answer.update(
+                    num_partitions=info.partitions,
+                    replication_factor=1,
+                    configs=[
+                        {
+                            "name": e.name,
+                            "value": e.value,
+                            "read_only": e.read_only,
+                            "config_source": e.source,
+                            "is_sensitive": e.sensitive,
+                        }
+                        for e in info.config.describe()
+                    ],
+                )
+            if v >= 7:
+                answer["topic_id"] = info.topic_id
+        except _Refused as refused:
+            answer.update(error_code=refused.code, error_message=str(refused))
+        except Exception as exc:  # storage errors mapped to their Kafka codes
+            answer.update(error_code=_error_of(exc), error_message=str(exc))
+        if answer["error_code"] != ec.NONE and v >= 5:
+            answer.update(num_partitions=-1, replication_factor=-1)
+        results.append(answer)
+    return build_response(CREATE_TOPICS, v, topics=results)
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@handles(DELETE_TOPICS, 1, 6)
+async def delete_topics(ctx: RequestContext, body):
+    logs = logs_of(ctx)
+    v = ctx.api_version
+    wanted = (
+        [(t.name, t.topic_id) for t in body.topics]
+        if v >= 6
+        else [(name, None) for name in body.topic_names]
+    )
+    results = []
+    for name, topic_id in wanted:
+        answer = {"name": name, "error_code": ec.NONE}
+        try:
+            if name is None and topic_id is not None:
+                name = logs.topic_by_id(topic_id).name
+                answer["name"] = name
+            info = logs.delete_topic(name)
+            if v >= 6:
+                answer["topic_id"] = info.topic_id
+        except UnknownTopicError as exc:
+            answer["error_code"] = (
+                ec.UNKNOWN_TOPIC_ID if name is None else ec.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            if v >= 5:
+                answer["error_message"] = str(exc)
+        results.append(answer)
+    return build_response(DELETE_TOPICS, v, responses=results)
+
+
+@handles(CREATE_PARTITIONS, 0, 3)
+async def create_partitions(ctx: RequestContext, body):
+    logs = logs_of(ctx)
+    results = []
+    for topic in body.topics:
+        answer = {"name": topic.name, "error_code": ec.NONE, "error_message": None}
+        try:
+            logs.create_partitions(topic.name, topic.count, validate_only=body.validate_only)
+        except Exception as exc:
+            answer.update(error_code=_error_of(exc), error_message=str(exc))
+        results.append(answer)
+    return build_response(CREATE_PARTITIONS, ctx.api_version, results=results)
+
+
+def _broker_entries(ctx: RequestContext) -> list[dict]:
+    from ..broker_config import BrokerConfig
+
+    config = ctx.broker.config
+    entries = []
+    for name, spec in sorted(BrokerConfig.properties().items()):
+        value = getattr(config, spec.name)
+        if isinstance(value, bool):
+            text = str(value).lower()
+        else:
+            text = None if value is None else str(value)
+        entries.append(
+            {
+                "name": name,
+                "value": text,
+                "read_only": True,
+                "config_source": SOURCE_DEFAULT_CONFIG,
+                "is_sensitive": False,
+            }
+        )
+    return entries
+
+
+@handles(DESCRIBE_CONFIGS, 1, 4)
+async def describe_configs(ctx: RequestContext, body):
+    logs = logs_of(ctx)
+    v = ctx.api_version
+    results = []
+    for res in body.resources:
+        answer = {
+            "error_code": ec.NONE,
+            "error_message": None,
+            "resource_type": res.resource_type,
+            "resource_name": res.resource_name,
+            "configs": [],
+        }
+        if res.resource_type == RESOURCE_TOPIC:
+            try:
+                info = logs.topic(res.resource_name)
+            except UnknownTopicError as exc:
+                answer.update(error_code=ec.UNKNOWN_TOPIC_OR_PARTITION, error_message=str(exc))
+                results.append(answer)
+                continue
+            names = list(res.configuration_keys) if res.configuration_keys else None
+            configs = []
+            for e in info.config.describe(names):
+                entry = {
+                    "name": e.name,
+                    "value": e.value,
+                    "read_only": e.read_only,
+                    "config_source": e.source,
+                    "is_sensitive": e.sensitive,
+                }
+                if v >= 1:
+                    entry["synonyms"] = ()
+                if v >= 3:
+                    entry["config_type"] = e.config_type
+                    entry["documentation"] = e.documentation if body.include_documentation else None
+                configs.append(entry)
+            answer["configs"] = configs
+        elif res.resource_type == RESOURCE_BROKER:
+            if res.resource_name not in ("", str(ctx.broker.node_id)):
+                answer.update(
+                    error_code=ec.INVALID_REQUEST,
+                    error_message=f"no broker {res.resource_name!r} here",
+                )
+            else:
+                entries = _broker_entries(ctx)
+                keys = set(res.configuration_keys or ())
+                for entry in entries:
+                    if v >= 1:
+                        entry["synonyms"] = ()
+                    if v >= 3:
+                        entry["config_type"] = 2
+                        entry["documentation"] = None
+                answer["configs"] = [e for e in entries if not keys or e["name"] in keys]
+        else:
+            answer.update(
+                error_code=ec.INVALID_REQUEST,
+                error_message=f"resource type {res.resource_type} has no configs here",
+            )
+        results.append(answer)
+    return build_response(DESCRIBE_CONFIGS, v, results=results)
+
+
+def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool) -> dict:
+    logs = logs_of(ctx)
+    answer = {
+        "error_code": ec.NONE,
+        "error_message": None,
+        "resource_type": res.resource_type,
+        "resource_name": res.resource_name,
+    }
+    if res.resource_type != RESOURCE_TOPIC:
+        answer.update(
+            error_code=INVALID_CONFIG,
+            error_message="broker configs are static: set them with --config at start",
+        )
+        return answer
+    try:
+        info = logs.topic(res.resource_name)
+        if not incremental:
+            logs.alter_topic_config(
+                res.resource_name,
+                {c.name: c.value for c in res.configs},
+                validate_only=validate_only,
+            )
+            return answer
+        current = dict(info.config.overrides)
+        set_values: dict[str, str] = {}
+        deleted: list[str] = []
+        for c in res.configs:
+            if c.config_operation == OP_SET:
+                set_values[c.name] = c.value
+            elif c.config_operation == OP_DELETE:
+                deleted.append(c.name)
+            elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
+                base = current.get(c.name) or info.config.describe([c.name])[0].value or ""
+                items = [x for x in base.split(",") if x]
+                for item in (c.value or "").split(","):
+                    if c.config_operation == OP_APPEND and item and item not in items:
+                        items.append(item)
+                    elif c.config_operation == OP_SUBTRACT and item in items:
+                        items.remove(item)
+                set_values[c.name] = ",".join(items)
+            else:
+                raise InvalidConfigError(c.name, c.value, f"unknown operation {c.config_operation}")
+        logs.incremental_alter_topic_config(
+            res.resource_name, set_values, deleted, validate_only=validate_only
+        )
+    except Exception as exc:
+        answer.update(error_code=_error_of(exc), error_message=str(exc))
+    return answer
+
+
+@handles(ALTER_CONFIGS, 0, 2)
+async def alter_configs(ctx: RequestContext, body):
+    results = [_alter_one(ctx, res, body.validate_only, False) for res in body.resources]
+    return build_response(ALTER_CONFIGS, ctx.api_version, responses=results)
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(ctx: RequestContext, body):
+    results = [_alter_one(ctx, res, body.validate_only, True) for res in body.resources]
+    return build_response(INCREMENTAL_ALTER_CONFIGS, ctx.api_version, responses=results)
+
+
+@handles(DELETE_RECORDS, 0, 2)
+async def delete_records(ctx: RequestContext, body):
+    logs = logs_of(ctx)
+    topics = []
+    for topic in body.topics:
+        info = logs.topics().get(topic.name)
+        partitions = []
+        for p in topic.partitions:
+            answer = {
+                "partition_index": p.partition_index,
+                "low_watermark": -1,
+                "error_code": ec.NONE,
+            }
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                log_ = logs.get_log(topic.name, p.partition_index)
+                target = log_.high_watermark if p.offset == -1 else p.offset
+                try:
+                    answer["low_watermark"] = log_.delete_records_before(target)
+                except OffsetOutOfRangeError:
+                    answer["error_code"] = ec.OFFSET_OUT_OF_RANGE
+            partitions.append(answer)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return build_response(DELETE_RECORDS, ctx.api_version, topics=topics)

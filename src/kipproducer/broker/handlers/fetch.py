@@ -1,0 +1,193 @@
+"""Fetch, ListOffsets and OffsetForLeaderEpoch: reading the logs.
+
+Fetch honours max_wait_ms / min_bytes (a long poll woken by appends), max_bytes and
+partition_max_bytes with Kafka's "at least one batch" rule for the first partition that has
+data, topic ids (v13+), and refuses fetch sessions the way Kafka allows: a request for a new
+session gets session id 0 ("no session created", the client goes on with full fetches) and an
+incremental fetch on a session we never created gets FETCH_SESSION_ID_NOT_FOUND. With a single
+replica and no open transactions the last stable offset is the high watermark.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kipproducer.protocol import build_response
+from kipproducer.protocol import error_codes as ec
+
+from ..api import RequestContext, handles
+from ..storage.errors import OffsetOutOfRangeError, UnknownTopicError
+from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of
+
+FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+
+
+def _topic_of(logs, version: int, topic):
+    """(name, info) of a fetch topic; info None when unknown."""
+    if version >= 13:
+        try:
+            info = logs.topic_by_id(topic.topic_id)
+        except UnknownTopicError:
+            return None, None
+        return info.name, info
+    return topic.topic, logs.topics().get(topic.topic)
+
+
+def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
+    logs = logs_of(ctx)
+    v = ctx.api_version
+    remaining = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    total = 0
+    failed = False
+    responses = []
+    for topic in body.topics:
+        name, info = _topic_of(logs, v, topic)
+        partitions = []
+        for p in topic.partitions:
+            answer = {
+                "partition_index": p.partition,
+                "error_code": ec.NONE,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "records": b"",
+            }
+            if v >= 5:
+                answer["log_start_offset"] = -1
+            if v >= 11:
+                answer["preferred_read_replica"] = -1
+            if info is None or not 0 <= p.partition < info.partitions:
+                answer["error_code"] = (
+                    ec.UNKNOWN_TOPIC_ID if v >= 13 else ec.UNKNOWN_TOPIC_OR_PARTITION
+                )
+                failed = True
+                partitions.append(answer)
+                continue
+            log = logs.get_log(name, p.partition)
+            try:
+                result = log.read(
+                    p.fetch_offset,
+                    min(p.partition_max_bytes, remaining),
+                    min_one_batch=(total == 0),
+                )
+            except OffsetOutOfRangeError:
+                answer.update(
+                    error_code=ec.OFFSET_OUT_OF_RANGE,
+                    high_watermark=log.high_watermark,
+                    last_stable_offset=log.high_watermark,
+                )
+                if v >= 5:
+                    answer["log_start_offset"] = log.log_start_offset
+                failed = True
+                partitions.append(answer)
+                continue
+            size = len(result.records)
+            total += size
+            remaining = max(0, remaining - size)
+            answer.update(
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.high_watermark,
+                records=result.records if size else b"",
+            )
+            if v >= 5:
+                answer["log_start_offset"] = result.log_start_offset
+            partitions.append(answer)
+        entry = {"partitions": partitions}
+        if v >= 13:
+            entry["topic_id"] = topic.topic_id
+        else:
+            entry["topic"] = topic.topic
+        responses.append(entry)
+    return responses, total, failed
+
+
+@handles(FETCH, 4, 16, advertise_min=0)
+async def fetch(ctx: RequestContext, body):
+    v = ctx.api_version
+    extra = {}
+    if v >= 7:
+        if body.session_id != 0:
+            return build_response(
+                FETCH, v, error_code=FETCH_SESSION_ID_NOT_FOUND, session_id=0, responses=()
+            )
+        extra = {"error_code": ec.NONE, "session_id": 0}
+    deadline = time.monotonic() + max(0, body.max_wait) / 1000
+    while True:
+        responses, total, failed = _read_all(ctx, body)
+        remaining = deadline - time.monotonic()
+        if total >= max(body.min_bytes, 1) or failed or remaining <= 0:
+            break
+        await ctx.broker.wait_for_data(remaining)
+    return build_response(FETCH, v, responses=responses, **extra)
+
+
+@handles(LIST_OFFSETS, 1, 8, advertise_min=0)
+async def list_offsets(ctx: RequestContext, body):
+    logs = logs_of(ctx)
+    v = ctx.api_version
+    topics = []
+    for topic in body.topics:
+        info = logs.topics().get(topic.name)
+        partitions = []
+        for p in topic.partitions:
+            answer = {
+                "partition_index": p.partition_index,
+                "error_code": ec.NONE,
+                "timestamp": -1,
+                "offset": -1,
+            }
+            if v >= 4:
+                answer["leader_epoch"] = LEADER_EPOCH
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
+                partitions.append(answer)
+                continue
+            log = logs.get_log(topic.name, p.partition_index)
+            ts = p.timestamp
+            if ts == LATEST:
+                answer["offset"] = log.high_watermark
+            elif ts in (EARLIEST, EARLIEST_LOCAL):
+                answer["offset"] = log.log_start_offset
+            elif ts == LATEST_TIERED:
+                answer["offset"] = log.log_start_offset - 1  # nothing is tiered
+            elif ts == MAX_TIMESTAMP:
+                found = log.max_timestamp_offset()
+                if found is not None:
+                    answer["offset"], answer["timestamp"] = found
+            elif ts >= 0:
+                found = log.offset_for_timestamp(ts)
+                if found is not None:
+                    answer["offset"], answer["timestamp"] = found
+            else:
+                answer["error_code"] = ec.INVALID_REQUEST
+            partitions.append(answer)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return build_response(LIST_OFFSETS, v, topics=topics)
+
+
+@handles(OFFSET_FOR_LEADER_EPOCH, 2, 4)
+async def offset_for_leader_epoch(ctx: RequestContext, body):
+    """One leader epoch (0) for the life of every partition: its end offset is the log end."""
+    logs = logs_of(ctx)
+    topics = []
+    for topic in body.topics:
+        info = logs.topics().get(topic.topic)
+        partitions = []
+        for p in topic.partitions:
+            answer = {
+                "partition": p.partition,
+                "error_code": ec.NONE,
+                "leader_epoch": -1,
+                "end_offset": -1,
+            }
+            if info is None or not 0 <= p.partition < info.partitions:
+                answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.current_leader_epoch > LEADER_EPOCH:
+                answer["error_code"] = ec.error_code("UNKNOWN_LEADER_EPOCH")
+            elif p.leader_epoch <= LEADER_EPOCH:
+                log = logs.get_log(topic.topic, p.partition)
+                answer.update(leader_epoch=LEADER_EPOCH, end_offset=log.log_end_offset)
+            partitions.append(answer)
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return build_response(OFFSET_FOR_LEADER_EPOCH, ctx.api_version, topics=topics)

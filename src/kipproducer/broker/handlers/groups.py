@@ -1,0 +1,341 @@
+"""FindCoordinator and the classic group APIs, translated to the GroupCoordinator's calls.
+
+Every group lives on this node, so FindCoordinator answers with ourselves for groups. The
+protocol type is opaque: "consumer" groups, KIP-509 "producer" groups and any other type are
+handled alike. Transactions are not served yet, so a transaction coordinator lookup gets
+COORDINATOR_NOT_AVAILABLE with a message that says so.
+"""
+
+from __future__ import annotations
+
+from kipproducer.protocol import build_response
+from kipproducer.protocol import error_codes as ec
+
+from ..api import RequestContext, handles
+from .common import AUTHORIZED_OPERATIONS_OMITTED, logs_of
+
+FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
+LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
+
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
+NO_TRANSACTIONS = "transactions are not supported by this broker yet"
+
+
+def _coordinator(ctx: RequestContext):
+    groups = ctx.broker.groups
+    if groups is None or not groups.is_active:
+        return None
+    return groups
+
+
+def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict:
+    broker = ctx.broker
+    if key_type == KEY_TYPE_GROUP and _coordinator(ctx) is not None:
+        return {
+            "key": key,
+            "node_id": broker.node_id,
+            "host": broker.advertised_host,
+            "port": broker.advertised_port,
+            "error_code": ec.NONE,
+            "error_message": None,
+        }
+    message = (
+        NO_TRANSACTIONS
+        if key_type == KEY_TYPE_TRANSACTION
+        else (
+            f"coordinator key type {key_type} is not served"
+            if key_type != KEY_TYPE_GROUP
+            else "the group coordinator is not running"
+        )
+    )
+    return {
+        "key": key,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "error_code": ec.COORDINATOR_NOT_AVAILABLE,
+        "error_message": message,
+    }
+
+
+@handles(FIND_COORDINATOR, 0, 5, advertise_min=0)
+async def find_coordinator(ctx: RequestContext, body):
+    v = ctx.api_version
+    if v >= 4:
+        key_type = body.key_type
+        found = [_find_one(ctx, key, key_type) for key in body.coordinator_keys]
+        return build_response(FIND_COORDINATOR, v, coordinators=found)
+    key_type = body.key_type if v >= 1 else KEY_TYPE_GROUP
+    one = _find_one(ctx, body.key, key_type)
+    one.pop("key")
+    if v == 0:
+        one.pop("error_message")
+    return build_response(FIND_COORDINATOR, v, **one)
+
+
+def _unavailable(api_key: int, version: int, **fields):
+    return build_response(api_key, version, error_code=ec.COORDINATOR_NOT_AVAILABLE, **fields)
+
+
+@handles(JOIN_GROUP, 0, 9, advertise_min=0)
+async def join_group(ctx: RequestContext, body):
+    v = ctx.api_version
+    groups = _coordinator(ctx)
+    if groups is None:
+        return _unavailable(JOIN_GROUP, v, member_id=body.member_id)
+    result = await groups.join_group(
+        body.group_id,
+        body.member_id,
+        body.group_instance_id if v >= 5 else None,
+        body.protocol_type,
+        [(p.name, p.metadata) for p in body.protocols],
+        body.session_timeout,
+        body.rebalance_timeout if v >= 1 else body.session_timeout,
+        ctx.client_id or "",
+        ctx.client_host,
+        require_known_member_id=v >= 4,
+        skip_assignment_supported=v >= 9,
+    )
+    fields = {
+        "error_code": result.error_code,
+        "generation_id": result.generation_id,
+        "protocol_name": result.protocol_name if v >= 7 else (result.protocol_name or ""),
+        "leader": result.leader_id,
+        "member_id": result.member_id,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "metadata": m.metadata,
+                **({"group_instance_id": m.group_instance_id} if v >= 5 else {}),
+            }
+            for m in result.members
+        ],
+    }
+    if v >= 7:
+        fields["protocol_type"] = result.protocol_type
+    if v >= 9:
+        fields["skip_assignment"] = result.skip_assignment
+    return build_response(JOIN_GROUP, v, **fields)
+
+
+@handles(SYNC_GROUP, 0, 5, advertise_min=0)
+async def sync_group(ctx: RequestContext, body):
+    v = ctx.api_version
+    groups = _coordinator(ctx)
+    if groups is None:
+        return _unavailable(SYNC_GROUP, v)
+    result = await groups.sync_group(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        body.group_instance_id if v >= 3 else None,
+        body.protocol_type if v >= 5 else None,
+        body.protocol_name if v >= 5 else None,
+        {a.member_id: a.assignment for a in body.assignments},
+    )
+    fields = {"error_code": result.error_code, "assignment": result.assignment}
+    if v >= 5:
+        fields.update(protocol_type=result.protocol_type, protocol_name=result.protocol_name)
+    return build_response(SYNC_GROUP, v, **fields)
+
+
+@handles(HEARTBEAT, 0, 4, advertise_min=0)
+async def heartbeat(ctx: RequestContext, body):
+    v = ctx.api_version
+    groups = _coordinator(ctx)
+    if groups is None:
+        return _unavailable(HEARTBEAT, v)
+    code = await groups.heartbeat(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        body.group_instance_id if v >= 3 else None,
+    )
+    return build_response(HEARTBEAT, v, error_code=code)
+
+
+@handles(LEAVE_GROUP, 0, 5, advertise_min=0)
+async def leave_group(ctx: RequestContext, body):
+    v = ctx.api_version
+    groups = _coordinator(ctx)
+    if groups is None:
+        return _unavailable(LEAVE_GROUP, v)
+    if v >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in body.members]
+    else:
+        members = [(body.member_id, None)]
+    result = await groups.leave_group(body.group_id, members)
+    if v < 3:
+        code = result.error_code or (result.members[0].error_code if result.members else 0)
+        return build_response(LEAVE_GROUP, v, error_code=code)
+    return build_response(
+        LEAVE_GROUP,
+        v,
+        error_code=result.error_code,
+        members=[
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "error_code": m.error_code,
+            }
+            for m in result.members
+        ],
+    )
+
+
+@handles(OFFSET_COMMIT, 2, 9, advertise_min=0)
+async def offset_commit(ctx: RequestContext, body):
+    v = ctx.api_version
+    logs = logs_of(ctx)
+    groups = _coordinator(ctx)
+    topics_known = logs.topics()
+    answers: dict[tuple[str, int], int] = {}
+    valid = {}
+    for topic in body.topics:
+        info = topics_known.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if groups is None:
+                answers[tp] = ec.COORDINATOR_NOT_AVAILABLE
+            elif info is None or not 0 <= p.partition_index < info.partitions:
+                answers[tp] = ec.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                epoch = p.committed_leader_epoch if v >= 6 else -1
+                valid[tp] = (p.committed_offset, epoch, p.committed_metadata)
+    if valid:
+        generation = body.generation_id_or_member_epoch
+        answers.update(
+            await groups.commit_offsets(
+                body.group_id,
+                generation,
+                body.member_id,
+                body.group_instance_id if v >= 7 else None,
+                valid,
+            )
+        )
+    topics = [
+        {
+            "name": topic.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": answers[(topic.name, p.partition_index)],
+                }
+                for p in topic.partitions
+            ],
+        }
+        for topic in body.topics
+    ]
+    return build_response(OFFSET_COMMIT, v, topics=topics)
+
+
+def _fetch_group(ctx: RequestContext, group_id: str, topics, version: int) -> tuple[list, int]:
+    groups = _coordinator(ctx)
+    if groups is None:
+        return [], ec.COORDINATOR_NOT_AVAILABLE
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = groups.fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list] = {}
+    for (topic, partition), value in sorted(found.items()):
+        entry = {
+            "partition_index": partition,
+            "committed_offset": value.offset,
+            "metadata": value.metadata,
+            "error_code": ec.NONE,
+        }
+        if version >= 5:
+            entry["committed_leader_epoch"] = value.leader_epoch
+        by_topic.setdefault(topic, []).append(entry)
+    return [{"name": name, "partitions": parts} for name, parts in by_topic.items()], ec.NONE
+
+
+@handles(OFFSET_FETCH, 1, 9, advertise_min=0)
+async def offset_fetch(ctx: RequestContext, body):
+    v = ctx.api_version
+    if v >= 8:
+        results = []
+        for group in body.groups:
+            topics, code = _fetch_group(ctx, group.group_id, group.topics, v)
+            results.append({"group_id": group.group_id, "topics": topics, "error_code": code})
+        return build_response(OFFSET_FETCH, v, groups=results)
+    topics, code = _fetch_group(ctx, body.group_id, body.topics, v)
+    fields = {"topics": topics}
+    if v >= 2:
+        fields["error_code"] = code
+    return build_response(OFFSET_FETCH, v, **fields)
+
+
+@handles(LIST_GROUPS, 0, 5)
+async def list_groups(ctx: RequestContext, body):
+    v = ctx.api_version
+    groups = _coordinator(ctx)
+    if groups is None:
+        return _unavailable(LIST_GROUPS, v, groups=())
+    states = list(body.states_filter) if v >= 4 and body.states_filter else None
+    types = list(body.types_filter) if v >= 5 and body.types_filter else None
+    out = []
+    for g in groups.list_groups(states, types):
+        entry = {"group_id": g.group_id, "protocol_type": g.protocol_type}
+        if v >= 4:
+            entry["group_state"] = g.state
+        if v >= 5:
+            entry["group_type"] = g.group_type
+        out.append(entry)
+    return build_response(LIST_GROUPS, v, error_code=ec.NONE, groups=out)
+
+
+@handles(DESCRIBE_GROUPS, 0, 5)
+async def describe_groups(ctx: RequestContext, body):
+    v = ctx.api_version
+    groups = _coordinator(ctx)
+    out = []
+    for group_id in body.groups:
+        if groups is None:
+            out.append(
+                {
+                    "error_code": ec.COORDINATOR_NOT_AVAILABLE,
+                    "group_id": group_id,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": (),
+                }
+            )
+            continue
+        d = groups.describe_group(group_id)
+        entry = {
+            "error_code": d.error_code,
+            "group_id": d.group_id,
+            "group_state": d.state,
+            "protocol_type": d.protocol_type,
+            "protocol_data": d.protocol_name,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "member_metadata": m.metadata,
+                    "member_assignment": m.assignment,
+                    **({"group_instance_id": m.group_instance_id} if v >= 4 else {}),
+                }
+                for m in d.members
+            ],
+        }
+        if v >= 3:
+            entry["authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+        out.append(entry)
+    return build_response(DESCRIBE_GROUPS, v, groups=out)
+
+
+@handles(DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, body):
+    groups = _coordinator(ctx)
+    if groups is None:
+        codes = {g: ec.COORDINATOR_NOT_AVAILABLE for g in body.groups_names}
+    else:
+        codes = groups.delete_groups(body.groups_names)
+    return build_response(
+        DELETE_GROUPS,
+        ctx.api_version,
+        results=[{"group_id": g, "error_code": codes[g]} for g in body.groups_names],
+    )

@@ -1,0 +1,445 @@
+"""The broker's idempotent-producer bookkeeping, as Kafka keeps it per partition.
+
+For each producer id a partition remembers the producer's epoch and its last
+``NUM_BATCHES_TO_RETAIN`` (5) batches: first and last sequence, first and last offset and the
+batch's timestamp. That is enough to
+
+- answer a retried batch that already landed with its original offsets (``Duplicate``): a
+  producer has at most 5 requests in flight per connection, so a retry always matches one of
+  the 5;
+- fence a zombie producer with an older epoch (INVALID_PRODUCER_EPOCH, 47);
+- refuse a batch whose first sequence does not follow the last one
+  (OUT_OF_ORDER_SEQUENCE_NUMBER, 45); a new epoch must start at sequence 0. Sequences wrap
+  from 2**31-1 to 0 (``kipproducer.records.next_sequence``).
+
+The partition log is the source of truth: ``ProducerStateManager.apply_batch`` replays batch
+headers, and a snapshot (``write_snapshot``/``load_snapshot``) only saves replaying the whole
+log on restart. Following docs/KIP-WIRE §4 sequences count records, independent of offsets:
+the last sequence is ``base sequence + lastOffsetDelta`` (the broker has checked that
+lastOffsetDelta == record count - 1), and the offsets cached are the log offsets the batch got.
+
+``ProducerIdAllocator`` hands out producer ids for InitProducerId from a durable counter in
+the data dir, so an id is never reused across restarts.
+
+Transactions are not handled yet; ``ProducerStateEntry`` keeps ``coordinator_epoch`` and
+``current_txn_first_offset`` so they can be added without changing the snapshot format.
+
+Not thread-safe by itself: the partition log calls it under its own lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from kipproducer.errors import KipError
+from kipproducer.records import MAX_SEQUENCE, next_sequence
+
+from .storage.durable_files import read_json, write_json_atomically
+
+NUM_BATCHES_TO_RETAIN: Final = 5
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
+#: Kafka's producer.id.expiration.ms default: a producer idle this long is forgotten.
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
+
+# Kafka error codes (kipproducer.protocol.error_codes has them too, but importing it loads
+# every message schema; tests check that the numbers agree).
+OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
+INVALID_PRODUCER_EPOCH: Final = 47
+INVALID_RECORD: Final = 87
+
+SNAPSHOT_VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    """What a partition remembers of one of a producer's recent batches."""
+
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+class ProducerStateEntry:
+    """One producer's epoch and its last (up to 5) batches in this partition."""
+
+    __slots__ = (
+        "producer_id",
+        "epoch",
+        "batches",
+        "last_timestamp",
+        "coordinator_epoch",
+        "current_txn_first_offset",
+    )
+
+    def __init__(self, producer_id: int, epoch: int = NO_PRODUCER_EPOCH) -> None:
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.batches: deque[BatchMetadata] = deque(maxlen=NUM_BATCHES_TO_RETAIN)
+        self.last_timestamp = -1
+        self.coordinator_epoch = -1
+        self.current_txn_first_offset: int | None = None
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        """Last offset of the producer's newest batch, -1 if none is cached."""
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for cached in self.batches:
+            if cached.first_seq == first_seq and cached.last_seq == last_seq:
+                return cached
+        return None
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerStateEntry(producer_id={self.producer_id}, epoch={self.epoch}, "
+            f"batches={list(self.batches)!r})"
+        )
+
+
+class Accepted:
+    """The batch may be appended."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ACCEPTED"
+
+
+ACCEPTED: Final = Accepted()
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A retry of a batch already in the log: answer with its offsets, append nothing."""
+
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The batch must be refused with ``error_code``."""
+
+    error_code: int
+    message: str
+
+
+CheckResult = Accepted | Duplicate | Rejected
+
+
+class ProducerStateError(KipError):
+    """An append refused by the producer-state checks; ``error_code`` is the Kafka code."""
+
+    def __init__(self, rejection: Rejected) -> None:
+        super().__init__(rejection.message)
+        self.error_code = rejection.error_code
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    """Whether ``next_seq`` directly follows ``last_seq`` (wrapping after 2**31-1 to 0)."""
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == MAX_SEQUENCE)
+
+
+class BatchHeader(Protocol):
+    """The header fields the producer state needs (kipproducer.records.Batch has them)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_offset_delta: int
+    base_offset: int
+    max_timestamp: int
+
+    @property
+    def last_offset(self) -> int: ...
+
+    @property
+    def is_control(self) -> bool: ...
+
+
+class ProducerStateManager:
+    """Producer id -> ProducerStateEntry for one partition."""
+
+    def __init__(self) -> None:
+        self._producers: dict[int, ProducerStateEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def __iter__(self) -> Iterator[ProducerStateEntry]:
+        return iter(self._producers.values())
+
+    def entry(self, producer_id: int) -> ProducerStateEntry | None:
+        return self._producers.get(producer_id)
+
+    def clear(self) -> None:
+        self._producers.clear()
+
+    def check(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, last_offset_delta: int
+    ) -> CheckResult:
+        """Kafka's checks for a client batch, before it is appended.
+
+        Order: duplicate (same epoch, same first and last sequence as a cached batch), then
+        the epoch (older -> 47), then the sequence (a new epoch must start at 0, the same
+        epoch must continue from the last sequence -> 45). A producer this partition knows
+        nothing about (new, or forgotten after retention / DeleteRecords / expiry) may start
+        at any sequence, as in Kafka since KIP-360.
+        """
+        if producer_id < 0:
+            return ACCEPTED
+        if base_sequence < 0:
+            return Rejected(
+                INVALID_RECORD,
+                f"producer {producer_id} sent a batch without a base sequence",
+            )
+        last_seq = next_sequence(base_sequence, last_offset_delta)
+        current = self._producers.get(producer_id)
+        if current is None or current.epoch == NO_PRODUCER_EPOCH:
+            return ACCEPTED
+        duplicate = current.find_duplicate(producer_epoch, base_sequence, last_seq)
+        if duplicate is not None:
+            return Duplicate(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp)
+        if producer_epoch < current.epoch:
+            return Rejected(
+                INVALID_PRODUCER_EPOCH,
+                f"producer {producer_id} epoch {producer_epoch} is older than the current "
+                f"epoch {current.epoch}",
+            )
+        if producer_epoch != current.epoch:
+            if base_sequence != 0:
+                return Rejected(
+                    OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"producer {producer_id} started epoch {producer_epoch} at sequence "
+                    f"{base_sequence}; a new epoch must start at 0",
+                )
+            return ACCEPTED
+        if not in_sequence(current.last_seq, base_sequence):
+            return Rejected(
+                OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {producer_id} epoch {producer_epoch}: sequence {base_sequence} does "
+                f"not follow the last sequence {current.last_seq}",
+            )
+        return ACCEPTED
+
+    def check_batch(self, batch: BatchHeader) -> CheckResult:
+        return self.check(
+            batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.last_offset_delta
+        )
+
+    def update(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        last_offset_delta: int,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int,
+        *,
+        is_control: bool = False,
+    ) -> None:
+        """Record a batch that was appended at [first_offset, last_offset]."""
+        if producer_id < 0:
+            return
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        if producer_epoch != entry.epoch:
+            # A new epoch starts over: the old epoch's batches can no longer be retried.
+            entry.epoch = producer_epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        if is_control or base_sequence < 0:
+            return
+        entry.batches.append(
+            BatchMetadata(
+                base_sequence,
+                next_sequence(base_sequence, last_offset_delta),
+                first_offset,
+                last_offset,
+                timestamp,
+            )
+        )
+
+    def apply_batch(self, batch: BatchHeader) -> None:
+        """Replay one batch header read back from the log."""
+        if batch.producer_id < 0:
+            return
+        self.update(
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.last_offset_delta,
+            batch.base_offset,
+            batch.last_offset,
+            batch.max_timestamp,
+            is_control=batch.is_control,
+        )
+
+    def rebuild(self, batches: Iterable[BatchHeader]) -> None:
+        """Start over from the log's batches (in offset order)."""
+        self.clear()
+        for batch in batches:
+            self.apply_batch(batch)
+
+    def last_data_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its newest batch (compaction keeps that batch)."""
+        return {
+            pid: entry.last_data_offset for pid, entry in self._producers.items() if entry.batches
+        }
+
+    def truncate_head(self, log_start_offset: int) -> list[int]:
+        """Forget producers whose newest batch is below the log start (retention, DeleteRecords).
+
+        Their sequence history is gone from the log, so Kafka lets them continue with any
+        sequence. Returns the producer ids removed.
+        """
+        gone = [
+            pid
+            for pid, entry in self._producers.items()
+            if entry.batches and entry.last_data_offset < log_start_offset
+        ]
+        for pid in gone:
+            del self._producers[pid]
+        return gone
+
+    def remove_expired(
+        self, now_ms: int, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    ) -> list[int]:
+        """Forget producers idle for longer than ``expiration_ms`` (producer.id.expiration.ms)."""
+        gone = [
+            pid
+            for pid, entry in self._producers.items()
+            if entry.current_txn_first_offset is None
+            and now_ms - entry.last_timestamp >= expiration_ms
+        ]
+        for pid in gone:
+            del self._producers[pid]
+        return gone
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def to_document(self, offset: int) -> dict[str, Any]:
+        """The state after every batch below ``offset``, as a JSON-able document."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "offset": offset,
+            "producers": [
+                {
+                    "producer_id": entry.producer_id,
+                    "epoch": entry.epoch,
+                    "last_timestamp": entry.last_timestamp,
+                    "coordinator_epoch": entry.coordinator_epoch,
+                    "current_txn_first_offset": entry.current_txn_first_offset,
+                    "batches": [
+                        [b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp]
+                        for b in entry.batches
+                    ],
+                }
+                for entry in self._producers.values()
+            ],
+        }
+
+    def load_document(self, document: Any) -> int:
+        """Replace the state with a snapshot document; returns the offset it covers up to.
+
+        Raises ValueError for a document this version cannot read.
+        """
+        if not isinstance(document, dict) or document.get("version") != SNAPSHOT_VERSION:
+            raise ValueError("not a producer state snapshot of a known version")
+        producers: dict[int, ProducerStateEntry] = {}
+        try:
+            offset = int(document["offset"])
+            for item in document["producers"]:
+                entry = ProducerStateEntry(int(item["producer_id"]), int(item["epoch"]))
+                entry.last_timestamp = int(item["last_timestamp"])
+                entry.coordinator_epoch = int(item.get("coordinator_epoch", -1))
+                txn_first = item.get("current_txn_first_offset")
+                entry.current_txn_first_offset = None if txn_first is None else int(txn_first)
+                for first_seq, last_seq, first_offset, last_offset, ts in item["batches"]:
+                    entry.batches.append(
+                        BatchMetadata(first_seq, last_seq, first_offset, last_offset, ts)
+                    )
+                producers[entry.producer_id] = entry
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed producer state snapshot: {exc}") from exc
+        self._producers = producers
+        return offset
+
+    def write_snapshot(self, path: Path, offset: int) -> None:
+        write_json_atomically(path, self.to_document(offset))
+
+    def load_snapshot(self, path: Path) -> int | None:
+        """Load the snapshot at ``path``; its offset, or None if there is none (or it is bad)."""
+        try:
+            document = read_json(path)
+            if document is None:
+                return None
+            return self.load_document(document)
+        except ValueError:  # includes json.JSONDecodeError
+            self.clear()
+            return None
+
+
+class ProducerIdAllocator:
+    """Producer ids for InitProducerId, never reused, even across restarts.
+
+    Ids are handed out from blocks (1000 by default, as Kafka's ProducerIdManager does): the end
+    of the current block is written durably before the first id of the block is returned, so
+    after a crash allocation resumes after the block and may skip ids but never repeats one.
+    Thread-safe.
+    """
+
+    VERSION: Final = 1
+
+    def __init__(self, path: str | Path, *, block_size: int = 1000) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be positive")
+        self.path = Path(path)
+        self.block_size = block_size
+        self._lock = threading.Lock()
+        document = read_json(self.path)
+        if document is None:
+            start = 0
+        elif isinstance(document, dict) and document.get("version") == self.VERSION:
+            start = int(document["next_block_start"])
+        else:
+            raise ValueError(f"{self.path} is not a producer id block file of a known version")
+        self._next_id = start
+        self._block_end = start  # nothing reserved yet in this process
+
+    @property
+    def next_id(self) -> int:
+        """The id the next ``allocate`` returns."""
+        with self._lock:
+            return self._next_id
+
+    def allocate(self) -> int:
+        with self._lock:
+            if self._next_id >= self._block_end:
+                block_end = self._next_id + self.block_size
+                write_json_atomically(
+                    self.path, {"version": self.VERSION, "next_block_start": block_end}
+                )
+                self._block_end = block_end
+            producer_id = self._next_id
+            self._next_id += 1
+            return producer_id

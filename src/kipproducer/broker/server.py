@@ -1,0 +1,238 @@
+"""The broker's TCP side: connections, request framing, dispatch, ordered responses.
+
+One asyncio task per connection reads a frame, decodes it, runs its handler and writes the
+response before reading the next: Kafka's own per-connection rule (requests are handled one at
+a time, in order), which also keeps an idempotent producer's pipelined batches in order.
+
+Bad input never takes the broker down: a frame that cannot be decoded, an unknown API or
+version, a size above ``socket.request.max.bytes``, or a request whose bytes dribble in slower
+than ``request.read.timeout.ms`` (slow-loris) gets a log line and a closed connection; every
+other connection goes on. ApiVersions at a version we do not serve gets Kafka's answer instead
+(a v0 response with UNSUPPORTED_VERSION and our version table), so clients can retry lower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+from kipproducer.protocol import (
+    ProtocolError,
+    build_response,
+    decode_request,
+    encode_response_frame_parts,
+)
+from kipproducer.protocol import error_codes as ec
+
+from .api import API_TABLE, RequestContext
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("kipproducer.broker")
+
+API_VERSIONS_KEY = 18
+PRODUCE_KEY = 0
+_SIZE = struct.Struct(">i")
+
+
+class ConnectionClosed(Exception):
+    """The peer went away or must be dropped; the reason is already logged."""
+
+
+class BrokerServer:
+    """Accepts Kafka clients on one listener and feeds their requests to a Broker."""
+
+    def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+        self._ids = itertools.count(1)
+
+    async def start(self) -> tuple[str, int]:
+        self._server = await asyncio.start_server(
+            self._on_connection,
+            self.host,
+            self.port,
+            limit=1 << 20,
+            reuse_address=True,
+        )
+        sock = self._server.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        return self.host, self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Connection(self.broker, reader, writer, next(self._ids), str(peer[0]))
+        try:
+            await conn.serve()
+        except ConnectionClosed:
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # a bug in a handler must not take other clients down
+            log.exception("connection %s from %s failed; closing it", conn.id, conn.host)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+
+class Connection:
+    def __init__(
+        self,
+        broker: Broker,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        conn_id: int,
+        host: str,
+    ) -> None:
+        self.broker = broker
+        self.reader = reader
+        self.writer = writer
+        self.id = conn_id
+        self.host = host
+        self.principal = "User:ANONYMOUS"
+
+    async def read_frame(self) -> bytearray:
+        config = self.broker.config
+        try:
+            prefix = await asyncio.wait_for(
+                self.reader.readexactly(4), config.connections_max_idle_ms / 1000
+            )
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                log.info("connection %s: closed inside a size prefix", self.id)
+            raise ConnectionClosed from None
+        except (TimeoutError, ConnectionError):
+            raise ConnectionClosed from None
+        (size,) = _SIZE.unpack(prefix)
+        if size < 0 or size > config.socket_request_max_bytes:
+            log.warning(
+                "connection %s from %s: frame size %d outside 0..%d "
+                "(socket.request.max.bytes); closing",
+                self.id,
+                self.host,
+                size,
+                config.socket_request_max_bytes,
+            )
+            raise ConnectionClosed
+        try:
+            # bytearray: records fields decode to writable views, so the produce path can
+            # stamp offsets into the request's own buffer.
+            return bytearray(
+                await asyncio.wait_for(
+                    self.reader.readexactly(size), config.request_read_timeout_ms / 1000
+                )
+            )
+        except asyncio.IncompleteReadError:
+            log.info("connection %s: closed inside a %d-byte frame", self.id, size)
+            raise ConnectionClosed from None
+        except TimeoutError:
+            log.warning(
+                "connection %s from %s: a %d-byte request did not arrive within "
+                "%d ms (request.read.timeout.ms); closing",
+                self.id,
+                self.host,
+                size,
+                config.request_read_timeout_ms,
+            )
+            raise ConnectionClosed from None
+        except ConnectionError:
+            raise ConnectionClosed from None
+
+    async def serve(self) -> None:
+        while True:
+            frame = await self.read_frame()
+            try:
+                request = decode_request(frame)
+            except ProtocolError as exc:
+                header = exc.header
+                if header is not None and header.api_key == API_VERSIONS_KEY:
+                    await self.send(header.correlation_id, unsupported_api_versions())
+                    continue
+                log.warning(
+                    "connection %s from %s: undecodable request (%s); closing",
+                    self.id,
+                    self.host,
+                    exc,
+                )
+                raise ConnectionClosed from None
+            header = request.header
+            spec = API_TABLE.get(header.api_key)
+            if spec is None or not spec.min_version <= header.api_version <= spec.max_version:
+                if header.api_key == API_VERSIONS_KEY:
+                    await self.send(header.correlation_id, unsupported_api_versions())
+                    continue
+                log.warning(
+                    "connection %s from %s (%s): api %d v%d is not served; closing",
+                    self.id,
+                    self.host,
+                    header.client_id,
+                    header.api_key,
+                    header.api_version,
+                )
+                raise ConnectionClosed
+            ctx = RequestContext(
+                self.broker,
+                header.api_key,
+                header.api_version,
+                header.correlation_id,
+                header.client_id,
+                self.host,
+                self.id,
+                self.principal,
+            )
+            response = await spec.handler(ctx, request.body)
+            if response is None:  # acks=0 produce: no response, as Kafka
+                continue
+            await self.send(header.correlation_id, response)
+
+    async def send(self, correlation_id: int, body) -> None:
+        try:
+            self.writer.writelines(encode_response_frame_parts(correlation_id, body))
+            await self.writer.drain()
+        except ConnectionError:
+            raise ConnectionClosed from None
+
+
+def api_versions_table() -> list[dict]:
+    return [
+        {
+            "api_key": spec.api_key,
+            "min_version": spec.advertise_min,
+            "max_version": spec.max_version,
+        }
+        for spec in sorted(API_TABLE.values(), key=lambda s: s.api_key)
+    ]
+
+
+def unsupported_api_versions():
+    """KIP-511: an ApiVersions request at an unknown version gets a v0 answer with the table."""
+    return build_response(
+        API_VERSIONS_KEY, 0, error_code=ec.UNSUPPORTED_VERSION, api_keys=api_versions_table()
+    )

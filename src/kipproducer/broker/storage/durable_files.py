@@ -1,0 +1,61 @@
+"""Small files that must survive a crash whole: written to a temp file, fsynced, renamed.
+
+A reader after a crash sees either the old content or the new one, never a mix: rename is
+atomic on POSIX, and the directory fsync makes the rename itself durable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+TEMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(directory: str | os.PathLike[str]) -> None:
+    """Make creations, renames and deletions inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
+    path = Path(path)
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    fsync_dir(path.parent)
+
+
+def write_json_atomically(path: str | os.PathLike[str], document: Any) -> None:
+    write_atomically(path, json.dumps(document, indent=1, sort_keys=True).encode() + b"\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any | None:
+    """The JSON document at ``path``, or None when the file does not exist."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return None
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """os.write until every byte is written (a regular file may take a short write)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

@@ -1,0 +1,108 @@
+"""Exceptions raised by the broker's storage layer.
+
+Each carries ``error_code``, the Kafka error code the broker answers with, so the request
+handlers can map an exception to a response without a lookup table of their own.
+"""
+
+from __future__ import annotations
+
+from kipproducer.errors import KipError
+
+# Kafka error codes used here. Spelled out rather than imported from the protocol package,
+# whose import pulls in every message schema; tests check them against that package.
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
+INVALID_TOPIC_EXCEPTION = 17
+TOPIC_ALREADY_EXISTS = 36
+INVALID_PARTITIONS = 37
+INVALID_CONFIG = 40
+KAFKA_STORAGE_ERROR = 56
+OFFSET_MISMATCH = 10027
+INVALID_PRODUCE_OFFSET = 10391
+
+
+class StorageError(KipError):
+    """Base class of storage errors; ``error_code`` is the Kafka code to answer with."""
+
+    error_code = KAFKA_STORAGE_ERROR
+
+
+class CorruptLogError(StorageError):
+    """Data the log trusted (below its recovery point) is unreadable; needs an operator."""
+
+
+class LogClosedError(StorageError):
+    """The partition log was closed (or deleted) while a caller still used it."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read or DeleteRecords offset outside [log start offset, log end offset]."""
+
+    error_code = OFFSET_OUT_OF_RANGE
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is outside the log's range [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class InvalidAppendOffsetError(StorageError):
+    """An explicit-offset (KIP-391) batch starts below the log end offset."""
+
+    error_code = INVALID_PRODUCE_OFFSET
+
+    def __init__(self, base_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"batch base offset {base_offset} is below the log end offset {log_end_offset}; "
+            "explicit offsets must be >= the log end offset"
+        )
+        self.base_offset = base_offset
+        self.log_end_offset = log_end_offset
+
+
+class OffsetMismatchError(StorageError):
+    """A KIP-27 expected offset did not equal the log end offset."""
+
+    error_code = OFFSET_MISMATCH
+
+    def __init__(self, expected_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"expected the batch to land at offset {expected_offset} but the log end offset "
+            f"is {log_end_offset}"
+        )
+        self.expected_offset = expected_offset
+        self.log_end_offset = log_end_offset
+
+
+class InvalidConfigError(StorageError, ValueError):
+    """A topic config name or value that Kafka would refuse."""
+
+    error_code = INVALID_CONFIG
+
+    def __init__(self, name: str, value: object, reason: str) -> None:
+        super().__init__(f"invalid value {value!r} for configuration {name}: {reason}")
+        self.name = name
+        self.value = value
+        self.reason = reason
+
+
+class UnknownTopicError(StorageError, KeyError):
+    error_code = UNKNOWN_TOPIC_OR_PARTITION
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TopicExistsError(StorageError):
+    error_code = TOPIC_ALREADY_EXISTS
+
+
+class InvalidTopicError(StorageError, ValueError):
+    error_code = INVALID_TOPIC_EXCEPTION
+
+
+class InvalidPartitionsError(StorageError, ValueError):
+    error_code = INVALID_PARTITIONS

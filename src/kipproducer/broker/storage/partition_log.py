@@ -1,0 +1,920 @@
+"""PartitionLog: one topic-partition on disk, Kafka's ``topic-N/`` directory.
+
+Directory content:
+
+- ``NNNNNNNNNNNNNNNNNNNN.log`` / ``.index`` / ``.timeindex``: the segments (see segment.py and
+  index.py), named by base offset. The last one is the active segment that appends go to.
+- ``partition-state.json``: log start offset and recovery point (written atomically).
+- ``producer-state.snapshot``: idempotent-producer state up to an offset (an optimisation;
+  the log is the truth).
+
+Offsets: with ``assign_offsets=True`` a batch gets the log end offset as its base offset; with
+``assign_offsets=False`` (KIP-391 USE_OFFSETS, replication) it keeps its own, which must be
+>= the log end offset, and the log end becomes its last offset + 1. Gaps in offsets are
+therefore normal, between batches and between segments, and every lookup treats an offset in
+a gap as "the next batch after it".
+
+Durability follows Kafka: appends go to the page cache, and are fsynced every
+``flush.messages`` records (1 = before each append returns), when ``flush.ms`` has passed
+(``flush_if_due``, from the broker's timer), when a segment is rolled (at the next flush) and on
+close. The recovery point is the offset below which everything is known to be fsynced; on open
+every batch at or above it is validated (CRC-32C and records) and the log is cut at the first
+torn or corrupt batch. Index files are rebuilt whenever they do not check out.
+
+Thread safety: every public method may be called from any thread. One lock serializes
+appends, reads and the segment list (a read holds it only for its pread, about 40 us per MiB);
+a second lock serializes the slow maintenance work (retention, DeleteRecords, compaction,
+close), and compaction reads and rewrites segments without holding the first lock, so
+appends and fetches go on meanwhile. A flush triggered by ``flush.messages`` fsyncs under the
+append lock, so a record is never visible to readers before it is durable; the timer-driven
+``flush`` fsyncs outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from kipproducer.crc32c import crc32c
+from kipproducer.records import (
+    LAYOUT,
+    Batch,
+    decode_batches,
+    set_base_offset,
+    set_partition_leader_epoch,
+)
+
+from ..producer_state import (
+    CheckResult,
+    Duplicate,
+    ProducerStateError,
+    ProducerStateManager,
+    Rejected,
+)
+from .compaction import (
+    CleaningRules,
+    CompactionStats,
+    build_offset_map,
+    compactable_segments,
+    needs_cleaning,
+    write_cleaned,
+)
+from .durable_files import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
+from .errors import (
+    CorruptLogError,
+    InvalidAppendOffsetError,
+    LogClosedError,
+    OffsetMismatchError,
+    OffsetOutOfRangeError,
+)
+from .log_config import LONG_MAX, LogConfig
+from .segment import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    SegmentCorruptionError,
+    parse_segment_name,
+)
+
+log = logging.getLogger("kipproducer.broker.storage")
+
+STATE_FILE = "partition-state.json"
+PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
+STATE_VERSION = 1
+
+_TIMESTAMP_TYPE_FLAG = 0x08
+_ATTRIBUTES = struct.Struct(">h")
+_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class AppendResult(NamedTuple):
+    """Where an appended batch landed (for a duplicate: where it landed the first time)."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # the broker's timestamp for LogAppendTime topics, else -1
+    log_start_offset: int
+    log_end_offset: int  # after the append (KIP-WIRE's LogEndOffset)
+    duplicate: bool = False
+
+
+class LogReadResult(NamedTuple):
+    """Whole batches for a fetch, plus the partition offsets a FetchResponse reports."""
+
+    records: memoryview  # empty when nothing is readable
+    first_offset: int  # base offset of the first batch returned (start offset if none)
+    next_offset: int  # offset after the last batch returned (start offset if none)
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+def stamp_log_append_time(buf: bytearray | memoryview, timestamp: int, pos: int = 0) -> None:
+    """Mark the batch at ``buf[pos:]`` LogAppendTime with ``timestamp``; recompute its CRC.
+
+    Kafka's in-place rewrite for ``message.timestamp.type=LogAppendTime``: the timestamp-type
+    attribute bit and MaxTimestamp change (readers then report MaxTimestamp for every record),
+    both are inside the CRC.
+    """
+    attributes_pos = pos + LAYOUT["attributes"]
+    length = LAYOUT["batch_length"]
+    (batch_length,) = struct.unpack_from(">i", buf, pos + length)
+    end = pos + 12 + batch_length
+    (attributes,) = _ATTRIBUTES.unpack_from(buf, attributes_pos)
+    _ATTRIBUTES.pack_into(buf, attributes_pos, attributes | _TIMESTAMP_TYPE_FLAG)
+    _TIMESTAMP.pack_into(buf, pos + LAYOUT["max_timestamp"], timestamp)
+    _CRC.pack_into(buf, pos + LAYOUT["crc"], crc32c(memoryview(buf)[attributes_pos:end]))
+
+
+class PartitionLog:
+    """A partition's segments, indexes, offsets and producer state.
+
+    ``PartitionLog(directory, config)`` opens (creating if needed) and recovers the log in
+    ``directory``. See the module docstring for formats, durability and thread safety.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], config: LogConfig | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._config = config or LogConfig()
+        self._lock = threading.RLock()
+        self._maintenance_lock = threading.Lock()
+        self._segments: list[LogSegment] = []
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._unflushed_records = 0
+        self._last_flush_ms = _now_ms()
+        self._closed = False
+        self.producer_state = ProducerStateManager()
+        self._open()
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        with self._lock:
+            return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """The offset below which records are readable: the log end (a single replica)."""
+        return self.log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Everything below this offset is known to be fsynced."""
+        return self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        """Wall-clock time of the last flush (or of the open), for ``flush.ms``."""
+        return self._last_flush_ms
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        with self._lock:
+            return [segment.base_offset for segment in self._segments]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs (AlterConfigs); they take effect on the next append."""
+        with self._lock:
+            self._config = config
+            for segment in self._segments:
+                segment.index_interval_bytes = config.index_interval_bytes
+
+    # -- opening and recovery ------------------------------------------------------------------
+
+    def _open(self) -> None:
+        state = self._read_state()
+        self._log_start_offset = state.get("log_start_offset", 0)
+        recovery_point = state.get("recovery_point", 0)
+        bases = self._clean_directory()
+        interval = self._config.index_interval_bytes
+        segments = [
+            LogSegment.open_existing(self.directory, base, index_interval_bytes=interval)
+            for base in bases
+        ]
+        try:
+            self._recover_segments(segments, recovery_point)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        self._segments = segments
+        if not segments:
+            self._segments.append(self._create_segment(self._log_start_offset))
+        log_end = self._segments[-1].next_offset
+        if self._log_start_offset > log_end:
+            # The log start was moved (DeleteRecords) past data that a crash then lost.
+            log.warning(
+                "%s: log start offset %d is past the recovered log end %d; starting an empty "
+                "segment there",
+                self.directory,
+                self._log_start_offset,
+                log_end,
+            )
+            self._roll_locked(self._log_start_offset)
+        self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
+        for segment in self._take_segments_below_log_start():
+            segment.delete()
+        self._recovery_point = self._segments[-1].next_offset
+        self._load_producer_state()
+        self._write_state()
+
+    def _read_state(self) -> dict[str, int]:
+        path = self.directory / STATE_FILE
+        try:
+            document = read_json(path)
+        except ValueError:
+            log.warning("%s: unreadable %s, recovering every segment", self.directory, STATE_FILE)
+            return {}
+        if document is None:
+            return {}
+        if not isinstance(document, dict) or document.get("version") != STATE_VERSION:
+            log.warning("%s: %s has an unknown version, ignored", self.directory, STATE_FILE)
+            return {}
+        return {
+            key: int(document[key])
+            for key in ("log_start_offset", "recovery_point")
+            if isinstance(document.get(key), int)
+        }
+
+    def _write_state(self) -> None:
+        write_json_atomically(
+            self.directory / STATE_FILE,
+            {
+                "version": STATE_VERSION,
+                "log_start_offset": self._log_start_offset,
+                "recovery_point": self._recovery_point,
+            },
+        )
+
+    def _clean_directory(self) -> list[int]:
+        """Remove leftovers of interrupted writes; the base offsets of the segments, sorted."""
+        bases = []
+        names = os.listdir(self.directory)
+        log_names = {name for name in names if parse_segment_name(name) is not None}
+        for name in names:
+            base = parse_segment_name(name)
+            if base is not None:
+                bases.append(base)
+            elif name.endswith(CLEANED_SUFFIX) or name.endswith(TEMP_SUFFIX):
+                log.info("%s: removing unfinished file %s", self.directory, name)
+                (self.directory / name).unlink()
+            elif name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX):
+                if name.rsplit(".", 1)[0] + LOG_SUFFIX not in log_names:
+                    (self.directory / name).unlink()
+        return sorted(bases)
+
+    def _recover_segments(self, segments: list[LogSegment], recovery_point: int) -> None:
+        """Load every segment; recover (validate, truncate) those not known to be flushed."""
+        min_offset = 0
+        for i, segment in enumerate(segments):
+            loaded = segment.load()
+            if (
+                loaded
+                and segment.next_offset <= recovery_point
+                and segment.base_offset >= min_offset
+            ):
+                min_offset = segment.next_offset
+                continue
+            is_last = i == len(segments) - 1
+            before = segment.next_offset if loaded else None
+            outcome = segment.recover(validate_from_offset=recovery_point, min_offset=min_offset)
+            if outcome.truncated_bytes:
+                level = logging.WARNING if is_last else logging.ERROR
+                log.log(
+                    level,
+                    "%s: segment %d truncated at byte %d (%d bytes dropped, log end %s -> %d): %s",
+                    self.directory,
+                    segment.base_offset,
+                    segment.size,
+                    outcome.truncated_bytes,
+                    "?" if before is None else before,
+                    segment.next_offset,
+                    outcome.reason,
+                )
+            elif not loaded:
+                log.info(
+                    "%s: rebuilt the indexes of segment %d", self.directory, segment.base_offset
+                )
+            segment.fsync()
+            min_offset = segment.next_offset
+
+    def _load_producer_state(self) -> None:
+        snapshot = self.directory / PRODUCER_SNAPSHOT_FILE
+        log_end = self._segments[-1].next_offset
+        offset = self.producer_state.load_snapshot(snapshot)
+        if offset is None or offset > log_end or offset < self._log_start_offset:
+            self.producer_state.clear()
+            offset = self._log_start_offset
+        for batch in self._batches_from(offset):
+            self.producer_state.apply_batch(batch)
+        self.producer_state.truncate_head(self._log_start_offset)
+
+    def _batches_from(self, offset: int) -> Iterator[Batch]:
+        """Headers of every batch holding offsets >= ``offset``, in order."""
+        for segment in list(self._segments):
+            if segment.next_offset <= offset:
+                continue
+            position = segment.offset_index.lookup(offset)
+            for _, batch in segment.iter_batches(position):
+                if batch.last_offset >= offset:
+                    yield batch
+
+    # -- segments ------------------------------------------------------------------------------
+
+    def _create_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment.create(
+            self.directory, base_offset, index_interval_bytes=self._config.index_interval_bytes
+        )
+        # The new file's name carries the log end offset when the segment is empty: make the
+        # name durable so a crash cannot move the log end backwards.
+        fsync_dir(self.directory)
+        return segment
+
+    def _roll_locked(self, base_offset: int) -> LogSegment:
+        active = self._segments[-1]
+        active.finish()
+        segment = self._create_segment(base_offset)
+        self._segments.append(segment)
+        log.debug("%s: rolled segment %d", self.directory, base_offset)
+        self.producer_state.write_snapshot(self.directory / PRODUCER_SNAPSHOT_FILE, base_offset)
+        return segment
+
+    def roll(self) -> None:
+        """Close the active segment and start a new one at the log end (if it holds data)."""
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if active.size:
+                self._roll_locked(active.next_offset)
+
+    def _should_roll(
+        self, active: LogSegment, size: int, max_timestamp: int, last_offset: int
+    ) -> bool:
+        if not active.can_hold(last_offset):
+            return True
+        if active.size == 0:
+            return False
+        if active.size + size > self._config.segment_bytes:
+            return True
+        if active.rolling_timestamp >= 0 and max_timestamp >= 0:
+            waited = max_timestamp - active.rolling_timestamp
+        else:
+            waited = _now_ms() - active.created_ms
+        return waited > self._config.segment_ms
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the last segment whose base offset is <= ``offset`` (0 if none)."""
+        return max(bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1, 0)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"partition log {self.directory} is closed")
+
+    # -- append --------------------------------------------------------------------------------
+
+    def append(
+        self,
+        batch_buf: bytearray | memoryview,
+        *,
+        assign_offsets: bool,
+        leader_epoch: int = 0,
+        expected_base_offset: int | None = None,
+        check_producer_state: bool = True,
+    ) -> AppendResult:
+        """Append one validated batch held in a writable buffer, patched in place.
+
+        The batch's baseOffset (assign_offsets=True: the log end offset; False: its own, which
+        must be >= the log end, KIP-391) and partitionLeaderEpoch are written into
+        ``batch_buf``; for LogAppendTime topics also the timestamp (and the CRC).
+
+        Checks, in this order (docs/KIP-WIRE §4): a retry of one of the producer's last 5
+        batches returns its original offsets with ``duplicate=True`` and appends nothing;
+        then ``expected_base_offset`` (KIP-27) must equal the log end, else
+        OffsetMismatchError; an explicit base offset below the log end raises
+        InvalidAppendOffsetError; then the producer epoch and sequence (ProducerStateError
+        with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER). Nothing is written
+        when any check fails. ``check_producer_state=False`` skips the epoch/sequence checks
+        (replication) but still records the batch in the producer state.
+        """
+        batch = next(decode_batches(batch_buf, validate=False, strict=False), None)
+        if batch is None or batch.size_in_bytes != len(batch_buf):
+            raise ValueError("batch_buf must hold exactly one whole record batch")
+        with self._lock:
+            self._check_open()
+            config = self._config
+            producer_id = batch.producer_id
+            checked = None
+            if producer_id >= 0 and check_producer_state and not batch.is_control:
+                checked = self.producer_state.check_batch(batch)
+                if isinstance(checked, Duplicate):
+                    return AppendResult(
+                        checked.first_offset,
+                        checked.last_offset,
+                        checked.timestamp if config.log_append_time else -1,
+                        self._log_start_offset,
+                        self._segments[-1].next_offset,
+                        duplicate=True,
+                    )
+            log_end = self._segments[-1].next_offset
+            if expected_base_offset is not None and expected_base_offset != log_end:
+                raise OffsetMismatchError(expected_base_offset, log_end)
+            if assign_offsets:
+                base_offset = log_end
+            else:
+                base_offset = batch.base_offset
+                if base_offset < log_end:
+                    raise InvalidAppendOffsetError(base_offset, log_end)
+            if isinstance(checked, Rejected):
+                raise ProducerStateError(checked)
+            last_offset = base_offset + batch.last_offset_delta
+            log_append_time = -1
+            max_timestamp = batch.max_timestamp
+            if config.log_append_time:
+                log_append_time = max_timestamp = _now_ms()
+            active = self._segments[-1]
+            if self._should_roll(active, len(batch_buf), max_timestamp, last_offset):
+                active = self._roll_locked(base_offset)
+            if base_offset != batch.base_offset:
+                set_base_offset(batch_buf, base_offset)
+            set_partition_leader_epoch(batch_buf, leader_epoch)
+            if log_append_time >= 0:
+                stamp_log_append_time(batch_buf, log_append_time)
+            active.append(batch_buf, base_offset, last_offset, max_timestamp)
+            if producer_id >= 0:
+                self.producer_state.update(
+                    producer_id,
+                    batch.producer_epoch,
+                    batch.base_sequence,
+                    batch.last_offset_delta,
+                    base_offset,
+                    last_offset,
+                    max_timestamp,
+                    is_control=batch.is_control,
+                )
+            self._unflushed_records += max(batch.record_count, 1)
+            if self._unflushed_records >= config.flush_messages:
+                self._flush_locked()
+            return AppendResult(
+                base_offset, last_offset, log_append_time, self._log_start_offset, last_offset + 1
+            )
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> LogReadResult:
+        """Whole batches starting with the one that holds ``start_offset``.
+
+        If ``start_offset`` is in a gap (explicit offsets, compaction), reading starts at the
+        next batch after it. Batches are added while the total stays within ``max_bytes``; with
+        ``min_one_batch`` (Kafka's rule for the first partition of a fetch) the first batch is
+        returned whatever its size, so a consumer never stalls on a big batch. Only batches
+        entirely below ``max_offset`` (exclusive: high watermark or last stable offset) are
+        returned. The result is one buffer from one segment; a consumer reaching the end of a
+        segment gets the next one on its next fetch. Raises OffsetOutOfRangeError when
+        ``start_offset`` is below the log start or above the log end.
+        """
+        with self._lock:
+            self._check_open()
+            log_start = self._log_start_offset
+            log_end = self._segments[-1].next_offset
+            if start_offset < log_start or start_offset > log_end:
+                raise OffsetOutOfRangeError(start_offset, log_start, log_end)
+            limit = log_end if max_offset is None else min(max_offset, log_end)
+            found = None
+            if start_offset < limit:
+                for segment in self._segments[self._segment_index(start_offset) :]:
+                    if segment.base_offset >= limit:
+                        break
+                    try:
+                        found = segment.read(start_offset, max_bytes, limit, min_one=min_one_batch)
+                    except SegmentCorruptionError as exc:
+                        raise CorruptLogError(
+                            f"{self.directory}: segment {segment.base_offset} {exc}"
+                        ) from exc
+                    if found is not None:
+                        break
+            if found is None:
+                return LogReadResult(
+                    memoryview(b""), start_offset, start_offset, log_end, log_start, log_end
+                )
+            return LogReadResult(
+                found.records, found.first_offset, found.next_offset, log_end, log_start, log_end
+            )
+
+    # -- ListOffsets -----------------------------------------------------------------------------
+
+    def offset_for_timestamp(
+        self, timestamp: int, *, max_offset: int | None = None
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with a timestamp >= ``timestamp``.
+
+        ListOffsets by timestamp: None when no record (at or above the log start and below
+        ``max_offset``) is that recent.
+        """
+        with self._lock:
+            self._check_open()
+            log_start = self._log_start_offset
+            log_end = self._segments[-1].next_offset
+            limit = log_end if max_offset is None else min(max_offset, log_end)
+            for segment in self._segments:
+                if segment.base_offset >= limit:
+                    return None
+                if segment.next_offset <= log_start or segment.max_timestamp < timestamp:
+                    continue
+                start = max(log_start, segment.base_offset)
+                before = segment.time_index.lookup_before(timestamp)
+                if before is not None:
+                    start = max(start, before + 1)
+                position = segment.offset_index.lookup(start)
+                for _, batch in segment.iter_batches(position, window=64 * 1024):
+                    if batch.last_offset < start or batch.max_timestamp < timestamp:
+                        continue
+                    for record in batch:
+                        if record.offset < start:
+                            continue
+                        if record.offset >= limit:
+                            return None
+                        if record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
+            return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (the first such).
+
+        ListOffsets MAX_TIMESTAMP (-3); None for a log with no records.
+        """
+        with self._lock:
+            self._check_open()
+            log_start = self._log_start_offset
+            best: LogSegment | None = None
+            for segment in self._segments:
+                if segment.next_offset <= log_start or segment.max_timestamp < 0:
+                    continue
+                if best is None or segment.max_timestamp > best.max_timestamp:
+                    best = segment
+            if best is None:
+                return None
+            target = best.max_timestamp_offset
+            position = best.offset_index.lookup(target)
+            for _, batch in best.iter_batches(position, window=64 * 1024):
+                if batch.last_offset < target:
+                    continue
+                for record in batch:
+                    if record.offset >= log_start and record.timestamp == best.max_timestamp:
+                        return record.offset, record.timestamp
+                break
+            return target, best.max_timestamp
+
+    # -- log start: DeleteRecords and retention --------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start up to ``offset`` (-1: the high watermark).
+
+        Returns the new log start offset (the low watermark). Whole segments below it are
+        deleted; records below it in the first remaining segment become unreadable.
+        """
+        with self._maintenance_lock:
+            with self._lock:
+                self._check_open()
+                high_watermark = self._segments[-1].next_offset
+                if offset == -1:
+                    offset = high_watermark
+                if offset < 0 or offset > high_watermark:
+                    raise OffsetOutOfRangeError(offset, self._log_start_offset, high_watermark)
+                if offset <= self._log_start_offset:
+                    return self._log_start_offset
+                self._log_start_offset = offset
+                doomed = self._take_segments_below_log_start()
+                self._write_state()
+                self.producer_state.truncate_head(self._log_start_offset)
+            self._delete_segments(doomed, "below the log start offset")
+            return offset
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Delete old segments by ``retention.ms`` / ``retention.bytes``; returns how many.
+
+        Only with ``cleanup.policy`` containing ``delete``; the oldest segments go first and
+        the active segment too when it is entirely past retention (a new one is rolled).
+        Segments entirely below the log start offset are deleted under any policy.
+        """
+        now_ms = _now_ms() if now_ms is None else now_ms
+        with self._maintenance_lock:
+            with self._lock:
+                self._check_open()
+                config = self._config
+                count = 0
+                if config.delete:
+                    count = max(
+                        self._retention_ms_breached(now_ms), self._retention_bytes_breached()
+                    )
+                doomed = self._segments[:count] if count else []
+                if doomed:
+                    if count == len(self._segments):
+                        self._roll_locked(self._segments[-1].next_offset)
+                    del self._segments[:count]
+                    self._log_start_offset = max(
+                        self._log_start_offset, self._segments[0].base_offset
+                    )
+                doomed += self._take_segments_below_log_start()
+                if doomed:
+                    self._write_state()
+                    self.producer_state.truncate_head(self._log_start_offset)
+            self._delete_segments(doomed, "past retention")
+            return len(doomed)
+
+    def _deletable(self) -> list[LogSegment]:
+        """Segments retention may consider: all but an empty active segment."""
+        if self._segments[-1].size == 0:
+            return self._segments[:-1]
+        return list(self._segments)
+
+    def _retention_ms_breached(self, now_ms: int) -> int:
+        retention_ms = self._config.retention_ms
+        if retention_ms < 0:
+            return 0
+        count = 0
+        for segment in self._deletable():
+            if now_ms - segment.largest_timestamp() <= retention_ms:
+                break
+            count += 1
+        return count
+
+    def _retention_bytes_breached(self) -> int:
+        retention_bytes = self._config.retention_bytes
+        if retention_bytes < 0:
+            return 0
+        excess = sum(segment.size for segment in self._segments) - retention_bytes
+        count = 0
+        for segment in self._deletable():
+            if excess - segment.size < 0:
+                break
+            excess -= segment.size
+            count += 1
+        return count
+
+    def _take_segments_below_log_start(self) -> list[LogSegment]:
+        """Remove from the list (not from disk) the segments entirely below the log start.
+
+        A segment qualifies when the next segment starts at or below the log start (Kafka's
+        rule), or when it holds data that all lies below it. An empty segment (the first one,
+        emptied by compaction) waits for the first rule, so compaction never moves the log
+        start.
+        """
+        log_start = self._log_start_offset
+        segments = self._segments
+        count = 0
+        for i, segment in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            below = (next_base is not None and next_base <= log_start) or (
+                segment.size > 0 and segment.next_offset <= log_start
+            )
+            if not below:
+                break
+            count += 1
+        if count == 0:
+            return []
+        if count == len(self._segments):
+            self._roll_locked(max(self._segments[-1].next_offset, self._log_start_offset))
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        return doomed
+
+    def _delete_segments(self, segments: list[LogSegment], why: str) -> None:
+        for segment in segments:
+            log.info(
+                "%s: deleting segment %d (%d bytes) %s",
+                self.directory,
+                segment.base_offset,
+                segment.size,
+                why,
+            )
+            segment.delete()
+        if segments:
+            fsync_dir(self.directory)
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def compact(self, now_ms: int | None = None) -> CompactionStats:
+        """One compaction pass over the closed segments (``cleanup.policy`` with ``compact``).
+
+        See compaction.py for the rules. Appends and reads continue during the pass; each
+        rewritten segment is swapped in atomically.
+        """
+        now_ms = _now_ms() if now_ms is None else now_ms
+        stats = CompactionStats()
+        with self._maintenance_lock:
+            with self._lock:
+                self._check_open()
+                config = self._config
+                if not config.compact:
+                    return stats
+                segments = compactable_segments(
+                    self._segments, now_ms, config.min_compaction_lag_ms
+                )
+                producer_last_offsets = self.producer_state.last_data_offsets()
+            if not segments:
+                return stats
+            # Segments other than the active one never change except through this method
+            # (which holds the maintenance lock), so they are read without the main lock.
+            rules = CleaningRules(
+                latest=build_offset_map(segments),
+                tombstone_horizon_ms=now_ms - config.delete_retention_ms,
+                producer_last_offsets=producer_last_offsets,
+            )
+            for segment in segments:
+                if not needs_cleaning(segment, rules):
+                    continue
+                cleaned = write_cleaned(segment, rules, stats)
+                with self._lock:
+                    self._install_cleaned(segment, cleaned)
+        if stats.segments_cleaned:
+            log.info(
+                "%s: compacted %d segments, %d records removed (%d tombstones), %d -> %d bytes",
+                self.directory,
+                stats.segments_cleaned,
+                stats.records_removed,
+                stats.tombstones_removed,
+                stats.bytes_before,
+                stats.bytes_after,
+            )
+        return stats
+
+    def _install_cleaned(self, segment: LogSegment, cleaned: LogSegment) -> None:
+        index = self._segments.index(segment)
+        if cleaned.size == 0 and index > 0:
+            # Nothing left: drop the segment. The first one stays, even empty, so that the
+            # log start offset does not move because of compaction.
+            cleaned.discard_cleaned()
+            del self._segments[index]
+            segment.delete()
+            fsync_dir(self.directory)
+            return
+        cleaned.install_as(segment)
+        self._segments[index] = cleaned
+
+    # -- producer state ------------------------------------------------------------------------
+
+    def check_producer(self, batch: Batch) -> CheckResult:
+        """The producer-state verdict for a batch, without appending (``append`` does it too)."""
+        with self._lock:
+            return self.producer_state.check_batch(batch)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget producers idle for ``expiration_ms`` (producer.id.expiration.ms)."""
+        with self._lock:
+            return self.producer_state.remove_expired(now_ms, expiration_ms)
+
+    # -- flushing and lifecycle ------------------------------------------------------------------
+
+    def _flush_locked(self) -> None:
+        for segment in self._segments:
+            if segment.flushed_size < segment.size:
+                segment.fsync()
+        self._recovery_point = self._segments[-1].next_offset
+        self._unflushed_records = 0
+        self._last_flush_ms = _now_ms()
+
+    def flush(self) -> None:
+        """fsync everything appended so far; the fsyncs run outside the append lock."""
+        with self._lock:
+            self._check_open()
+            pending = [
+                (segment, segment.size, segment.dup_fd())
+                for segment in self._segments
+                if segment.flushed_size < segment.size
+            ]
+            flushed_to = self._segments[-1].next_offset
+            self._unflushed_records = 0
+        try:
+            for _, _, fd in pending:
+                os.fsync(fd)
+        finally:
+            for _, _, fd in pending:
+                os.close(fd)
+        with self._lock:
+            for segment, size, _ in pending:
+                segment.flushed_size = max(segment.flushed_size, size)
+            self._recovery_point = max(self._recovery_point, flushed_to)
+            self._last_flush_ms = _now_ms()
+
+    def has_unflushed_data(self) -> bool:
+        with self._lock:
+            return any(segment.flushed_size < segment.size for segment in self._segments)
+
+    def flush_if_due(self, now_ms: int | None = None) -> bool:
+        """Flush if ``flush.ms`` has passed since the last flush or a rolled segment waits.
+
+        Kafka flushes a rolled segment soon after the roll; here the broker's timer does it.
+        Returns whether a flush ran.
+        """
+        now_ms = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            if self._closed:
+                return False
+            rolled_pending = any(
+                segment.flushed_size < segment.size for segment in self._segments[:-1]
+            )
+            flush_ms = self._config.flush_ms
+            due = (
+                flush_ms != LONG_MAX
+                and now_ms - self._last_flush_ms >= flush_ms
+                and self._segments[-1].flushed_size < self._segments[-1].size
+            )
+        if rolled_pending or due:
+            self.flush()
+            return True
+        return False
+
+    def checkpoint(self) -> None:
+        """Persist the log start offset and recovery point (the broker calls it periodically)."""
+        with self._lock:
+            if not self._closed:
+                self._write_state()
+
+    def close(self) -> None:
+        """Flush, write the indexes, producer snapshot and state, and release the files."""
+        with self._maintenance_lock, self._lock:
+            if self._closed:
+                return
+            self._flush_locked()
+            for segment in self._segments:
+                segment.flush_indexes()
+            self.producer_state.write_snapshot(
+                self.directory / PRODUCER_SNAPSHOT_FILE, self._segments[-1].next_offset
+            )
+            self._write_state()
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def close_handles(self) -> None:
+        """Release the files without flushing or writing anything, as if the process died.
+
+        For a broker giving up on a failed disk, and for crash tests: the next open recovers
+        from the last recovery point.
+        """
+        with self._maintenance_lock, self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory."""
+        with self._maintenance_lock, self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({str(self.directory)!r}, log_start_offset={self._log_start_offset}, "
+            f"segments={len(self._segments)})"
+        )
