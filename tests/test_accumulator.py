@@ -175,8 +175,21 @@ def test_opaques_follow_records():
     acc.append("t", 0, None, b"a")
     acc.append("t", 0, None, b"b", opaque="B")
     acc.append("t", 0, None, b"c", opaque=3)
+    acc.append("t", 0, None, b"d", opaque=3)
     (b,) = drained(acc)
-    assert b.opaques == [None, "B", 3]
+    assert b.opaques == [None, "B", 3, 3]
+    assert b.opaque_runs == [(0, None), (1, "B"), (2, 3)]
+
+
+def test_bulk_opaque_is_one_run_per_call():
+    acc = RecordAccumulator(linger_ms=0)
+    first, second = object(), object()
+    acc.append_arrays("t", 0, [b"x"] * 5, opaque=first)
+    acc.append_arrays("t", 0, [b"y"] * 3, opaque=second)
+    acc.append_arrays("t", 0, [b"z"] * 2)
+    (b,) = drained(acc)
+    assert b.opaque_runs == [(0, first), (5, second), (8, None)]
+    assert b.opaques == [first] * 5 + [second] * 3 + [None] * 2
 
 
 def test_compression_in_accumulator():

@@ -55,6 +55,12 @@ cdef enum:
     RECORD_RESERVE = 21 + 10
 
 
+cdef inline object last_run_opaque(list runs):
+    # Indexing is explicit: the module compiles with wraparound=False, so runs[-1] is not
+    # "the last one" here.
+    return (<tuple>runs[len(runs) - 1])[1]
+
+
 cdef inline int64_t clock_ms(int which) noexcept nogil:
     cdef timespec ts
     clock_gettime(which, &ts)
@@ -86,7 +92,9 @@ cdef class ProducerBatch:
     cdef readonly int64_t created_ms
     cdef readonly int64_t first_timestamp
     cdef readonly int64_t max_timestamp
-    cdef readonly list opaques       # per-record opaque values, or None when none was given
+    # Opaque values as runs: [(first record index, opaque), ...], None when none was given.
+    # A run covers records up to the next run's index; one produce call's records share one.
+    cdef readonly list opaque_runs
     cdef readonly bint finished
     cdef public int attempts         # for the sender: how many times it was sent
     cdef int codec
@@ -125,6 +133,18 @@ cdef class ProducerBatch:
 
     def __releasebuffer__(self, Py_buffer *view):
         self._exports -= 1
+
+    @property
+    def opaques(self):
+        """Per-record opaque values (expanded from the runs), or None when none was given."""
+        cdef list out
+        if self.opaque_runs is None:
+            return None
+        out = []
+        bounds = [start for start, _ in self.opaque_runs[1:]] + [self.record_count]
+        for (start, opaque), end in zip(self.opaque_runs, bounds):
+            out.extend([opaque] * (end - start))
+        return out
 
     @property
     def data(self):
@@ -192,7 +212,7 @@ cdef class PartitionState:
     cdef int64_t base_ts
     cdef int64_t max_ts
     cdef int64_t opened_ms
-    cdef list opaques
+    cdef list opaque_runs
     # explicit offsets: the last one appended, for the strictly-increasing rule
     cdef readonly int64_t last_offset
     # closed batches, oldest first
@@ -337,25 +357,31 @@ cdef class RecordAccumulator:
         b.created_ms = st.opened_ms
         b.first_timestamp = st.base_ts
         b.max_timestamp = st.max_ts
-        b.opaques = st.opaques
+        b.opaque_runs = st.opaque_runs
         b.codec = self.codec
         if b.codec == 0:
             b.records_crc = kip_crc32c(0, b.buf.data + BATCH_HEADER_SIZE, b.records_size)
             b.has_records_crc = True
         b.transactional = self.transactional
-        st.opaques = None
+        st.opaque_runs = None
         st.count = 0
         st.ready.append(b)
         return 0
 
     cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
-                                  int64_t timestamp, bint has_offset, int64_t offset) noexcept:
+                                  int64_t timestamp, bint has_offset, int64_t offset,
+                                  object opaque) noexcept:
         """The common case, with no Python objects: a record with no headers or opaque that
         continues the open batch and fits it. Returns False to send the caller to _append."""
         cdef int64_t ts_delta
         cdef Py_ssize_t body, wire
         cdef unsigned char *p
-        if st.count == 0 or st.count >= self.batch_num_messages or st.opaques is not None:
+        if st.count == 0 or st.count >= self.batch_num_messages:
+            return False
+        if st.opaque_runs is None:
+            if opaque is not None:
+                return False
+        elif last_run_opaque(st.opaque_runs) is not opaque:
             return False
         if has_offset:
             if st.mode != MODE_USE_OFFSETS or offset != st.base_offset + st.count:
@@ -434,10 +460,11 @@ cdef class RecordAccumulator:
         else:
             p = write_headers(p, headers, hcount)
         st.buf.size = p - st.buf.data
-        if opaque is not None and st.opaques is None:
-            st.opaques = [None] * st.count
-        if st.opaques is not None:
-            st.opaques.append(opaque)
+        if st.opaque_runs is None:
+            if opaque is not None:
+                st.opaque_runs = [(0, None), (st.count, opaque)] if st.count else [(0, opaque)]
+        elif last_run_opaque(st.opaque_runs) is not opaque:
+            st.opaque_runs.append((st.count, opaque))
         st.count += 1
         if has_offset:
             st.last_offset = offset
@@ -461,8 +488,9 @@ cdef class RecordAccumulator:
             blob_release(&kb)
             raise
         try:
-            if headers is None and opaque is None and self._append_fast(
-                    st, &kb, &vb, ts, offset is not None, 0 if offset is None else offset):
+            if headers is None and self._append_fast(
+                    st, &kb, &vb, ts, offset is not None, 0 if offset is None else offset,
+                    opaque):
                 added = 1
             elif offset is None:
                 added = self._append(st, &kb, &vb, headers, ts, False, 0, opaque)
@@ -478,7 +506,7 @@ cdef class RecordAccumulator:
                 "queue.buffering.max.messages / queue.buffering.max.kbytes")
 
     def append_arrays(self, str topic not None, partition, values, keys=None, timestamps=None,
-                      offsets=None, headers=None):
+                      offsets=None, headers=None, opaque=None):
         """Append many records from columns with no per-record Python work; see accumulator.py.
 
         Returns how many records were appended: fewer than given when the buffer bounds were
@@ -553,13 +581,13 @@ cdef class RecordAccumulator:
                     h = header_list[i]
                     h = None if h is None else header_items(h)
                 elif shared_headers is None:
-                    if self._append_fast(st, &kb, &vb, ts, has_off, off):
+                    if self._append_fast(st, &kb, &vb, ts, has_off, off, opaque):
                         appended += 1
                         continue
                     h = None
                 else:
                     h = shared_headers
-                if not self._append(st, &kb, &vb, h, ts, has_off, off, None):
+                if not self._append(st, &kb, &vb, h, ts, has_off, off, opaque):
                     break
                 appended += 1
         finally:
@@ -860,3 +888,126 @@ cdef int column_get(Column *c, Py_ssize_t i, Blob *b) except -1:
         blob_release(b)
         raise TypeError("column items must be bytes, str or None")
     return 0
+
+
+# ---- key hashing for the partitioners --------------------------------------------------------
+# librdkafka's keyed partitioners, reproduced so the bulk lane puts a key on the same partition
+# as the librdkafka lane: "consistent" = CRC-32 (IEEE) of the key, "murmur2" = Java's murmur2
+# with the sign bit cleared, "fnv1a" = 32-bit FNV-1a; each modulo the partition count.
+
+cdef uint32_t CRC32_IEEE_TABLE[256]
+cdef bint crc32_table_ready = False
+
+
+cdef void build_crc32_table() noexcept:
+    global crc32_table_ready
+    cdef uint32_t c
+    cdef int b, k
+    for b in range(256):
+        c = b
+        for k in range(8):
+            c = (c >> 1) ^ <uint32_t>0xEDB88320 if c & 1 else c >> 1
+        CRC32_IEEE_TABLE[b] = c
+    crc32_table_ready = True
+
+
+cdef inline uint32_t crc32_ieee(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t c = <uint32_t>0xFFFFFFFF
+    cdef Py_ssize_t i
+    for i in range(n):
+        c = CRC32_IEEE_TABLE[(c ^ p[i]) & 0xFF] ^ (c >> 8)
+    return ~c
+
+
+cdef inline uint32_t murmur2_java(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t m = <uint32_t>0x5BD1E995
+    cdef uint32_t h = (<uint32_t>0x9747B28C) ^ <uint32_t>n
+    cdef uint32_t k
+    cdef Py_ssize_t i, whole = n & ~3
+    for i in range(0, whole, 4):
+        k = p[i] | (<uint32_t>p[i + 1] << 8) | (<uint32_t>p[i + 2] << 16) | (<uint32_t>p[i + 3] << 24)
+        k *= m
+        k ^= k >> 24
+        k *= m
+        h *= m
+        h ^= k
+    if n & 3 == 3:
+        h ^= <uint32_t>p[whole + 2] << 16
+    if n & 3 >= 2:
+        h ^= <uint32_t>p[whole + 1] << 8
+    if n & 3 >= 1:
+        h ^= p[whole]
+        h *= m
+    h ^= h >> 13
+    h *= m
+    h ^= h >> 15
+    return h
+
+
+cdef inline uint32_t fnv1a_32(const unsigned char *p, Py_ssize_t n) noexcept nogil:
+    cdef uint32_t h = <uint32_t>0x811C9DC5
+    cdef Py_ssize_t i
+    for i in range(n):
+        h ^= p[i]
+        h *= <uint32_t>0x01000193
+    return h
+
+
+def key_hashes(keys, str algorithm not None):
+    """uint32 hash of every key of a column ("crc32", "murmur2", "fnv1a"); null keys hash as
+    empty. Callers pick what null/empty keys do (librdkafka: random for the *_random ones)."""
+    cdef Column col
+    cdef Blob kb
+    cdef Py_ssize_t i, n
+    cdef int which
+    cdef uint32_t[::1] out
+    if algorithm == "crc32":
+        which = 0
+    elif algorithm == "murmur2":
+        which = 1
+    elif algorithm == "fnv1a":
+        which = 2
+    else:
+        raise ValueError(f"unknown key hash {algorithm!r}")
+    if not crc32_table_ready:
+        build_crc32_table()
+    column_init(&col)
+    holders = []
+    try:
+        n = column_open(&col, keys, holders, "keys")
+        result = np.empty(n, dtype=np.uint32)
+        out = result
+        for i in range(n):
+            column_get(&col, i, &kb)
+            if kb.size <= 0:
+                kb.size = 0
+                kb.ptr = <const unsigned char *>b""
+            if which == 0:
+                out[i] = crc32_ieee(kb.ptr, kb.size)
+            elif which == 1:
+                out[i] = murmur2_java(kb.ptr, kb.size)
+            else:
+                out[i] = fnv1a_32(kb.ptr, kb.size)
+        return result
+    finally:
+        column_close(&col)
+
+
+def key_lengths(keys):
+    """int64 length of every key of a column, -1 for null keys."""
+    cdef Column col
+    cdef Blob kb
+    cdef Py_ssize_t i, n
+    cdef int64_t[::1] out
+    column_init(&col)
+    holders = []
+    try:
+        n = column_open(&col, keys, holders, "keys")
+        result = np.empty(n, dtype=np.int64)
+        out = result
+        for i in range(n):
+            column_get(&col, i, &kb)
+            out[i] = kb.size
+        return result
+    finally:
+        column_close(&col)

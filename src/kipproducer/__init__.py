@@ -11,12 +11,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0.dev0"
 
+
 from .accumulator import ProducerBatch, RecordAccumulator
 from .errors import CorruptRecordError, KipError, OffsetOrderError, QueueFullError
+from .producer import BatchDelivery, Producer
 from .records import Batch, Record, decode_batches, encode_batch, validate_batch
 
 __all__ = [
     "Batch",
+    "BatchDelivery",
+    "EmbeddedBroker",
+    "Producer",
     "CorruptRecordError",
     "KipError",
     "OffsetOrderError",
@@ -29,3 +34,12 @@ __all__ = [
     "encode_batch",
     "validate_batch",
 ]
+
+
+def __getattr__(name: str):
+    # The broker pulls in asyncio servers and the protocol layer: load it on first use.
+    if name == "EmbeddedBroker":
+        from .broker.embedded import EmbeddedBroker
+
+        return EmbeddedBroker
+    raise AttributeError(f"module 'kipproducer' has no attribute {name!r}")

@@ -21,7 +21,9 @@ class ProducerBatch:
     created_ms: int
     first_timestamp: int
     max_timestamp: int
-    opaques: list[Any] | None
+    opaque_runs: list[tuple[int, Any]] | None
+    @property
+    def opaques(self) -> list[Any] | None: ...
     finished: bool
     attempts: int
     @property
@@ -97,6 +99,7 @@ class RecordAccumulator:
         timestamps: npt.ArrayLike | None = None,
         offsets: npt.ArrayLike | None = None,
         headers: Headers | Sequence[Headers | None] | None = None,
+        opaque: Any = None,
     ) -> int: ...
     def drain(
         self,

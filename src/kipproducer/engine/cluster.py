@@ -1,0 +1,122 @@
+"""What the engine knows of the cluster: brokers, topics, partition leaders, connections."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+
+from kipproducer.protocol import build_request
+from kipproducer.protocol import error_codes as ec
+
+from .connection import BrokerConnection, BrokerConnectionError
+
+log = logging.getLogger("kipproducer.engine")
+
+METADATA = 3
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    error_code: int = ec.NONE
+    leaders: list[int] = field(default_factory=list)  # index = partition, -1 = no leader
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.leaders)
+
+
+class Cluster:
+    def __init__(self, bootstrap: list[tuple[str, int]], client_id: str, *,
+                 request_timeout_s: float, connect_timeout_s: float) -> None:
+        self.bootstrap = bootstrap
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.topics: dict[str, TopicMetadata] = {}
+        self._connections: dict[int, BrokerConnection] = {}
+        self._connecting: dict[int, asyncio.Task] = {}
+        self._refresh_lock = asyncio.Lock()
+
+    async def connection(self, node_id: int) -> BrokerConnection:
+        conn = self._connections.get(node_id)
+        if conn is not None and conn.connected:
+            return conn
+        task = self._connecting.get(node_id)
+        if task is None:
+            task = asyncio.create_task(self._connect(node_id))
+            self._connecting[node_id] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._connecting.pop(node_id, None)
+
+    async def _connect(self, node_id: int) -> BrokerConnection:
+        if node_id < 0:
+            host, port = self.bootstrap[(-node_id - 1) % len(self.bootstrap)]
+        else:
+            host, port = self.brokers[node_id]
+        conn = BrokerConnection(node_id, host, port, self.client_id,
+                                request_timeout_s=self.request_timeout_s,
+                                connect_timeout_s=self.connect_timeout_s)
+        await conn.connect()
+        self._connections[node_id] = conn
+        return conn
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some broker: a known one if possible, else a bootstrap address."""
+        candidates = list(self.brokers) or [-(i + 1) for i in range(len(self.bootstrap))]
+        random.shuffle(candidates)
+        if self.brokers:
+            candidates += [-(i + 1) for i in range(len(self.bootstrap))]
+        errors = []
+        for node_id in candidates:
+            try:
+                return await self.connection(node_id)
+            except (BrokerConnectionError, KeyError) as exc:
+                errors.append(str(exc))
+        raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
+
+    async def refresh(self, topics: list[str] | None = None) -> None:
+        """Metadata for ``topics`` (the known ones if None); serialised, one at a time."""
+        async with self._refresh_lock:
+            wanted = sorted(set(topics if topics is not None else self.topics))
+            conn = await self.any_connection()
+            version = conn.version_for(METADATA, 12, 1)
+            fields = {"topics": [{"name": t} for t in wanted]}
+            if version >= 4:
+                fields["allow_auto_topic_creation"] = False
+            response = await conn.request(METADATA, version, build_request(
+                METADATA, version, **fields))
+            self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+            for t in response.topics:
+                if t.error_code != ec.NONE:
+                    self.topics[t.name] = TopicMetadata(t.name, t.error_code)
+                    continue
+                leaders = [-1] * len(t.partitions)
+                for p in t.partitions:
+                    if 0 <= p.partition_index < len(leaders) and p.error_code == ec.NONE:
+                        leaders[p.partition_index] = p.leader_id
+                self.topics[t.name] = TopicMetadata(t.name, ec.NONE, leaders)
+            for node_id, conn in list(self._connections.items()):
+                if node_id >= 0 and node_id not in self.brokers:
+                    await conn.close()
+                    del self._connections[node_id]
+
+    def leader(self, topic: str, partition: int) -> int:
+        meta = self.topics.get(topic)
+        if meta is None or not 0 <= partition < meta.partition_count:
+            return -1
+        return meta.leaders[partition]
+
+    def connections(self) -> list[BrokerConnection]:
+        return list(self._connections.values())
+
+    async def close(self) -> None:
+        for conn in list(self._connections.values()):
+            await conn.close()
+        self._connections.clear()

@@ -1,0 +1,454 @@
+"""The sending engine: the accumulator drained by a sender thread that speaks Produce.
+
+Threads: the caller appends to the accumulator under a lock; a sender thread runs an asyncio
+loop that drains ready batches, sends one Produce request per leader with at most one batch
+per partition (Kafka's rule), keeps up to ``max.in.flight`` requests per connection, and
+queues delivery reports. Reports are served by ``poll()`` / ``flush()`` on the caller's
+thread, as librdkafka serves its callbacks.
+
+Per partition (``PartitionSender``) batches go out in order. A retriable failure (connection
+lost, NOT_LEADER..., timeouts) stops that partition: once its in-flight batches have all come
+back, the failed ones are sent again, in their original order and with their original
+sequence numbers, so an idempotent producer's retries are recognised by the broker as
+duplicates when the first attempt did land: no duplicates, no reordering. With idempotence,
+OUT_OF_ORDER_SEQUENCE_NUMBER on a batch behind a failed one is part of that retry; anywhere
+else (and UNKNOWN_PRODUCER_ID) the producer takes a new id from InitProducerId, as Kafka's
+clients do, and re-stamps every batch not yet acknowledged from sequence 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from kipproducer.accumulator import ProducerBatch, RecordAccumulator
+from kipproducer.protocol import build_request
+from kipproducer.protocol import error_codes as ec
+
+from .cluster import Cluster
+from .config import EngineConfig
+from .connection import BrokerConnection, BrokerConnectionError
+
+log = logging.getLogger("kipproducer.engine")
+
+PRODUCE, INIT_PRODUCER_ID = 0, 22
+PRODUCE_MAX_VERSION = 10
+MAX_REQUEST_BYTES = 64 << 20
+
+# librdkafka's local error codes, as confluent_kafka.KafkaError exposes them.
+MSG_TIMED_OUT = KafkaError._MSG_TIMED_OUT
+PURGE_QUEUE = KafkaError._PURGE_QUEUE
+UNKNOWN_TOPIC_LOCAL = KafkaError._UNKNOWN_TOPIC
+
+# Errors after which the leader may have moved: refresh metadata before retrying.
+_METADATA_ERRORS = {ec.NOT_LEADER_OR_FOLLOWER, ec.LEADER_NOT_AVAILABLE,
+                    ec.UNKNOWN_TOPIC_OR_PARTITION, ec.KAFKA_STORAGE_ERROR,
+                    ec.NETWORK_EXCEPTION}
+
+
+def kafka_error(code: int, message: str | None = None) -> KafkaError:
+    return KafkaError(code, message or ec.error_name(code), retriable=ec.is_retriable(code))
+
+
+@dataclass
+class DeliveryReport:
+    """One batch's outcome, served to callbacks by poll()."""
+
+    batch: ProducerBatch
+    error: KafkaError | None
+    base_offset: int
+    log_append_time: int = -1
+
+
+@dataclass
+class PartitionSender:
+    """A partition's batches between the accumulator and their delivery report."""
+
+    topic: str
+    partition: int
+    pending: deque = field(default_factory=deque)    # drained, not sent, in order
+    in_flight: list = field(default_factory=list)    # sent, no answer yet, in order
+    failed: list = field(default_factory=list)       # to resend once in_flight is empty
+    retry_at: float = 0.0                            # monotonic seconds
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.acc = RecordAccumulator(
+            batch_size=config.batch_size, batch_num_messages=config.batch_num_messages,
+            linger_ms=config.linger_ms, max_bytes=config.queue_max_kbytes * 1024,
+            max_messages=config.queue_max_messages, compression=config.compression)
+        self.lock = threading.Lock()          # guards the accumulator
+        self._reports: deque[DeliveryReport] = deque()
+        self._reports_cv = threading.Condition()
+        self._outstanding = 0                 # records appended, not yet reported
+        self._partitions: dict[tuple[str, int], PartitionSender] = {}
+        self._flushing = 0
+        self._closing = False
+        self._producer_id = -1
+        self._need_new_producer_id = config.enable_idempotence
+        self._fatal: KafkaError | None = None
+        self._loop = asyncio.new_event_loop()
+        self._wake: asyncio.Event | None = None
+        self._sender_idle = True
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kip-sender", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    # ---- caller side ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._outstanding
+
+    def wake(self) -> None:
+        """Tell the sender there is work (cheap when it is already busy)."""
+        if self._sender_idle and not self._closing:
+            self._sender_idle = False
+            self._loop.call_soon_threadsafe(self._set_wake)
+
+    def _set_wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def appended(self, count: int) -> None:
+        with self._reports_cv:
+            self._outstanding += count
+        self.wake()
+
+    def call(self, coro, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def partition_count(self, topic: str, timeout: float = 30.0) -> int:
+        """Partitions of ``topic`` (metadata fetched if needed); raises on an unknown topic."""
+        return self.call(self._partition_count(topic), timeout)
+
+    async def _partition_count(self, topic: str) -> int:
+        meta = self.cluster.topics.get(topic)
+        if meta is None or meta.error_code != ec.NONE:
+            await self.cluster.refresh([topic])
+            meta = self.cluster.topics.get(topic)
+        if meta is None or meta.error_code != ec.NONE:
+            code = meta.error_code if meta is not None else ec.UNKNOWN_TOPIC_OR_PARTITION
+            raise LookupError(code)
+        return meta.partition_count
+
+    def take_reports(self, timeout: float | None) -> list[DeliveryReport]:
+        """Wait up to ``timeout`` seconds (None: forever) for reports and take them all."""
+        with self._reports_cv:
+            if not self._reports and timeout != 0:
+                self._reports_cv.wait(timeout)
+            reports = list(self._reports)
+            self._reports.clear()
+            return reports
+
+    def report_done(self, records: int) -> None:
+        with self._reports_cv:
+            self._outstanding -= records
+            self._reports_cv.notify_all()
+
+    def begin_flush(self) -> None:
+        self._flushing += 1
+        self._sender_idle = False
+        self._loop.call_soon_threadsafe(self._set_wake)
+
+    def end_flush(self) -> None:
+        self._flushing -= 1
+
+    def purge(self) -> int:
+        """Drop records not yet sent; they are reported with _PURGE_QUEUE."""
+        return self.call(self._purge())
+
+    async def _purge(self) -> int:
+        with self.lock:
+            never_drained = self.acc.purge()  # already released from the bounds
+        drained = []
+        for sender in self._partitions.values():
+            drained.extend(sender.pending)
+            sender.pending.clear()
+        error = kafka_error(PURGE_QUEUE, "purged before it was sent")
+        for batch in never_drained:
+            self._report(batch, error, -1, release=False)
+        for batch in drained:
+            self._report(batch, error, -1)
+        return sum(b.record_count for b in never_drained + drained)
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self._loop.call_soon_threadsafe(self._set_wake)
+        self._thread.join(timeout)
+
+    # ---- sender thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._wake = asyncio.Event()
+        config = self.config
+        self.cluster = Cluster(config.bootstrap_servers, config.client_id,
+                               request_timeout_s=config.request_timeout_ms / 1000,
+                               connect_timeout_s=config.socket_timeout_ms / 1000)
+        self._ready.set()
+        try:
+            self._loop.run_until_complete(self._sender())
+        finally:
+            self._loop.run_until_complete(self.cluster.close())
+            self._loop.close()
+
+    async def _sender(self) -> None:
+        assert self._wake is not None
+        tasks: set[asyncio.Task] = set()
+        while True:
+            if self._closing and self._outstanding == 0 and not tasks:
+                return
+            if self._need_new_producer_id and not self._any_in_flight():
+                await self._init_producer_id()
+            now_ms = int(time.monotonic() * 1000)
+            with self.lock:
+                batches = self.acc.drain(now_ms, flush=bool(self._flushing) or self._closing)
+            for batch in batches:
+                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+            for task in await self._dispatch():
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            with self.lock:
+                delay = self.acc.next_ready_ms()
+            waiting = any(s.pending or s.failed for s in self._partitions.values())
+            if delay is None:
+                timeout = 0.05 if waiting else 1.0
+                self._sender_idle = not waiting
+            else:
+                timeout = max(delay, 1) / 1000
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
+            self._sender_idle = False
+
+    def _sender_for(self, topic: str, partition: int) -> PartitionSender:
+        key = (topic, partition)
+        sender = self._partitions.get(key)
+        if sender is None:
+            sender = self._partitions[key] = PartitionSender(topic, partition)
+        return sender
+
+    def _any_in_flight(self) -> bool:
+        return any(s.in_flight for s in self._partitions.values())
+
+    async def _init_producer_id(self) -> None:
+        try:
+            conn = await self.cluster.any_connection()
+            version = conn.version_for(INIT_PRODUCER_ID, 4)
+            response = await conn.request(INIT_PRODUCER_ID, version, build_request(
+                INIT_PRODUCER_ID, version, transactional_id=None,
+                transaction_timeout=60000,
+                **({"producer_id": -1, "producer_epoch": -1} if version >= 3 else {})))
+        except (BrokerConnectionError, OSError) as exc:
+            log.info("InitProducerId failed, will retry: %s", exc)
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+            return
+        if response.error_code != ec.NONE:
+            if ec.is_retriable(response.error_code):
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                return
+            self._fatal = kafka_error(response.error_code, "InitProducerId failed")
+            log.error("idempotent producer cannot start: %s", self._fatal)
+            self._need_new_producer_id = False
+            return
+        # Batches not yet acknowledged go back to the accumulator, oldest first at the front,
+        # so they are re-stamped with the new id and sequences from 0 when drained again.
+        with self.lock:
+            for sender in self._partitions.values():
+                for batch in reversed([*sender.failed, *sender.pending]):
+                    self.acc.reenqueue(batch)
+                sender.failed.clear()
+                sender.pending.clear()
+            self.acc.set_producer(response.producer_id, response.producer_epoch)
+        self._producer_id = response.producer_id
+        self._need_new_producer_id = False
+        log.info("idempotent producer id %d epoch %d", response.producer_id,
+                 response.producer_epoch)
+
+    async def _dispatch(self) -> list[asyncio.Task]:
+        """Send every partition's next batch whose leader can take a request now."""
+        if self._need_new_producer_id or (self.config.enable_idempotence
+                                          and self._producer_id < 0):
+            return []
+        now = time.monotonic()
+        by_leader: dict[int, list[ProducerBatch]] = {}
+        missing: set[str] = set()
+        for sender in self._partitions.values():
+            if sender.failed and not sender.in_flight and now >= sender.retry_at:
+                sender.pending.extendleft(reversed(sender.failed))
+                sender.failed.clear()
+            if not sender.pending or sender.failed or now < sender.retry_at:
+                continue
+            batch = sender.pending[0]
+            if self._expired(batch):
+                sender.pending.popleft()
+                self._report(batch, kafka_error(MSG_TIMED_OUT, "delivery.timeout.ms "
+                                                "expired before the batch was sent"), -1)
+                continue
+            leader = self.cluster.leader(sender.topic, sender.partition)
+            if leader < 0:
+                missing.add(sender.topic)
+                continue
+            by_leader.setdefault(leader, []).append(batch)
+        if missing:
+            await self._refresh_metadata(missing)
+        tasks = []
+        for leader, batches in by_leader.items():
+            try:
+                conn = await self.cluster.connection(leader)
+            except (BrokerConnectionError, KeyError) as exc:
+                log.info("broker %s unreachable: %s", leader, exc)
+                for batch in batches:
+                    self._sender_for(batch.topic, batch.partition).retry_at = (
+                        time.monotonic() + self.config.retry_backoff_ms / 1000)
+                continue
+            if conn.in_flight >= self.config.max_in_flight:
+                continue
+            chosen, size = [], 0
+            for batch in batches:
+                if chosen and size + batch.size > MAX_REQUEST_BYTES:
+                    break
+                chosen.append(batch)
+                size += batch.size
+                sender = self._sender_for(batch.topic, batch.partition)
+                sender.pending.popleft()
+                sender.in_flight.append(batch)
+                batch.attempts += 1
+            tasks.append(asyncio.create_task(self._produce(conn, chosen)))
+        return tasks
+
+    def _expired(self, batch: ProducerBatch) -> bool:
+        age = int(time.monotonic() * 1000) - batch.created_ms
+        return age > self.config.delivery_timeout_ms
+
+    async def _refresh_metadata(self, topics) -> None:
+        try:
+            await self.cluster.refresh(sorted(topics | set(self.cluster.topics)))
+        except (BrokerConnectionError, OSError) as exc:
+            log.info("metadata refresh failed: %s", exc)
+            return
+        for sender in self._partitions.values():
+            meta = self.cluster.topics.get(sender.topic)
+            if meta is not None and meta.error_code == ec.UNKNOWN_TOPIC_OR_PARTITION:
+                for batch in list(sender.pending):
+                    self._report(batch, kafka_error(UNKNOWN_TOPIC_LOCAL,
+                                                    f"topic {sender.topic} does not exist"), -1)
+                sender.pending.clear()
+
+    async def _produce(self, conn: BrokerConnection, batches: list[ProducerBatch]) -> None:
+        config = self.config
+        try:
+            version = conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, 3)
+            topics: dict[str, list] = {}
+            for batch in batches:
+                topics.setdefault(batch.topic, []).append(
+                    {"index": batch.partition, "records": batch.data})
+            body = build_request(
+                PRODUCE, version, transactional_id=None, acks=config.acks,
+                timeout=config.request_timeout_ms,
+                topic_data=[{"name": t, "partition_data": parts} for t, parts in topics.items()])
+            response = await conn.request(PRODUCE, version, body,
+                                          expect_response=config.acks != 0)
+        except (BrokerConnectionError, OSError) as exc:
+            for batch in batches:
+                self._retry_or_fail(batch, kafka_error(ec.NETWORK_EXCEPTION, str(exc)))
+            self._wake_soon()
+            return
+        if response is None:  # acks=0: sent is all we will ever know
+            for batch in batches:
+                self._complete(batch, None, -1)
+            return
+        results = {(t.name, p.index): p for t in response.responses
+                   for p in t.partition_responses}
+        refresh = False
+        for batch in batches:
+            answer = results.get((batch.topic, batch.partition))
+            if answer is None:
+                self._retry_or_fail(batch, kafka_error(ec.UNKNOWN_SERVER_ERROR,
+                                                       "no answer for this partition"))
+                continue
+            code = answer.error_code
+            if code == ec.NONE:
+                self._complete(batch, None, answer.base_offset,
+                               getattr(answer, "log_append_time", -1))
+            elif code == ec.DUPLICATE_SEQUENCE_NUMBER:
+                self._complete(batch, None, -1)
+            else:
+                refresh = refresh or code in _METADATA_ERRORS
+                message = getattr(answer, "error_message", None)
+                self._on_error(batch, kafka_error(code, message))
+        if refresh:
+            await self._refresh_metadata(set())
+        self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _on_error(self, batch: ProducerBatch, error: KafkaError) -> None:
+        code = error.code()
+        sender = self._sender_for(batch.topic, batch.partition)
+        if self.config.enable_idempotence and code in (ec.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                                       ec.UNKNOWN_PRODUCER_ID):
+            if sender.failed:  # caused by an earlier batch of ours that failed: resend
+                self._retry_or_fail(batch, error, force_retry=True)
+            else:  # the broker lost our sequence: new producer id, then resend everything
+                self._need_new_producer_id = True
+                self._retry_or_fail(batch, error, force_retry=True)
+            return
+        if ec.is_retriable(code):
+            self._retry_or_fail(batch, error)
+            return
+        self._finish(batch, error, -1)
+        if self.config.enable_idempotence:
+            # A batch that will never be written leaves a hole in the sequence: start over with
+            # a new producer id (Kafka's clients bump the epoch the same way).
+            self._need_new_producer_id = True
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, *,
+                       force_retry: bool = False) -> None:
+        sender = self._sender_for(batch.topic, batch.partition)
+        if batch in sender.in_flight:
+            sender.in_flight.remove(batch)
+        if self._expired(batch) or (not force_retry and batch.attempts > self.config.retries):
+            self._finish(batch, error, -1)
+            return
+        backoff = min(self.config.retry_backoff_ms * (2 ** min(batch.attempts - 1, 10)),
+                      self.config.retry_backoff_max_ms)
+        sender.failed.append(batch)
+        sender.failed.sort(key=lambda b: (b.base_sequence, b.created_ms))
+        sender.retry_at = time.monotonic() + backoff / 1000
+        log.debug("retrying %s after %s", batch, error)
+
+    def _complete(self, batch: ProducerBatch, error, base_offset: int,
+                  log_append_time: int = -1) -> None:
+        sender = self._sender_for(batch.topic, batch.partition)
+        if batch in sender.in_flight:
+            sender.in_flight.remove(batch)
+        self._report(batch, error, base_offset, log_append_time)
+
+    def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
+        self._complete(batch, error, base_offset)
+
+    def _report(self, batch: ProducerBatch, error, base_offset: int,
+                log_append_time: int = -1, *, release: bool = True) -> None:
+        if release:
+            with self.lock:
+                self.acc.release(batch)
+        with self._reports_cv:
+            self._reports.append(DeliveryReport(batch, error, base_offset, log_append_time))
+            self._reports_cv.notify_all()

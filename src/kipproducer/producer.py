@@ -1,0 +1,420 @@
+"""``kipproducer.Producer``: a true ``confluent_kafka.Producer`` with a second, bulk lane.
+
+Change the import and nothing else: the same config dict, ``produce()``, ``poll()``,
+``flush()``, ``len()``, ``purge()``, ``list_topics()``, transactions and callbacks behave as in
+confluent-kafka, because they are confluent-kafka's (per-record ``produce()`` goes through
+librdkafka unchanged). What is added:
+
+- ``produce_batch(topic, messages, partition=-1, on_delivery=None)``: confluent-kafka's
+  signature and return value, sent by kipproducer's engine, so headers and timestamps are kept.
+- ``produce_arrays(topic, values, keys=None, headers=None, timestamps=None, partition=-1,
+  on_delivery=None)``: columns (numpy object arrays, pyarrow binary arrays, ``(data,
+  offsets)`` tuples, lists) appended with no per-record Python work.
+
+Both bulk calls use librdkafka's ``partitioner`` (default ``consistent_random``), so a key
+lands on the same partition whichever lane sends it. One producer keeps one order per topic:
+before a topic's records switch lanes, the records the other lane still has in flight for that
+topic are delivered first. ``poll()``, ``flush()``, ``len()`` and ``purge()`` cover both lanes.
+
+With ``transactional.id`` set the engine takes no part in transactions yet: both bulk calls
+then go record by record through librdkafka's ``produce()``, inside the transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import confluent_kafka
+from confluent_kafka import KafkaError, KafkaException
+
+from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig
+from .engine.partitioner import choose_partitions
+from .records import decode_batches
+
+RDKAFKA, ENGINE = "librdkafka", "engine"
+_TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
+
+
+class BatchDelivery:
+    """What a produce_arrays delivery callback gets by default: one Kafka batch's outcome."""
+
+    __slots__ = ("_topic", "_partition", "_offset", "count", "_error")
+
+    def __init__(self, topic: str, partition: int, offset: int, count: int,
+                 error: KafkaError | None) -> None:
+        self._topic, self._partition, self._offset = topic, partition, offset
+        self.count = count
+        self._error = error
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        """Offset of the first record of this report (-1 when unknown or failed)."""
+        return self._offset
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return (f"BatchDelivery({self._topic!r}, partition={self._partition}, "
+                f"offset={self._offset}, count={self.count}, error={self._error})")
+
+
+class _ReportTo:
+    """Opaque attached to a run of records: who to tell, and how."""
+
+    __slots__ = ("callback", "per_record")
+
+    def __init__(self, callback: Callable | None, per_record: bool) -> None:
+        self.callback = callback
+        self.per_record = per_record
+
+
+class Producer(confluent_kafka.Producer):
+    def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
+        conf = dict(config or {})
+        conf.update(kwargs)
+        for name in conf:
+            if name.startswith("kip.") and name not in KIP_PROPERTIES:
+                raise ConfigError(f"unknown kipproducer property {name!r}; known: "
+                                  + ", ".join(sorted(KIP_PROPERTIES)))
+        super().__init__({k: v for k, v in conf.items() if not k.startswith("kip.")})
+        self._conf = conf
+        self._engine = None
+        self._default_on_delivery = conf.get("on_delivery") or conf.get("delivery.report.cb")
+        self._transactional = bool(conf.get("transactional.id"))
+        self._per_record_reports = str(
+            conf.get("kip.delivery.report.per.record", "false")).lower() == "true"
+        # topic -> (lane, records of that lane not yet reported), once the engine is in use
+        self._lanes: dict[str, list] = {}
+
+    # ---- the engine lane ----------------------------------------------------------------------
+
+    def _engine_or_start(self):
+        if self._engine is None:
+            from .engine.engine import Engine
+
+            self._engine = Engine(EngineConfig.from_properties(self._conf))
+        return self._engine
+
+    def _enter_lane(self, topic: str, lane: str, count: int) -> None:
+        """Wait for the other lane's in-flight records of ``topic``, then count ours."""
+        state = self._lanes.get(topic)
+        if state is not None and state[0] != lane and state[1] > 0:
+            deadline = time.monotonic() + self._engine.config.delivery_timeout_ms / 1000 + 5
+            while state[1] > 0 and time.monotonic() < deadline:
+                if state[0] == ENGINE:
+                    self._serve_engine(0.05)
+                else:
+                    super().poll(0.05)
+            if state[1] > 0:
+                raise KafkaException(KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"records for {topic} on the {state[0]} lane were not delivered in time"))
+        if state is None or state[0] != lane:
+            state = self._lanes[topic] = [lane, 0]
+        state[1] += count
+
+    def _lane_done(self, topic: str, lane: str, count: int) -> None:
+        state = self._lanes.get(topic)
+        if state is not None and state[0] == lane:
+            state[1] -= count
+
+    def _partitions_for(self, topic: str, keys, count: int, partition) -> Any:
+        engine = self._engine_or_start()
+        if isinstance(partition, int) and partition >= 0:
+            return partition
+        if not isinstance(partition, int):
+            return partition
+        try:
+            total = engine.partition_count(topic)
+        except LookupError as exc:
+            code = exc.args[0]
+            raise KafkaException(KafkaError(code, f"topic {topic!r}: "
+                                            f"{KafkaError(code).name()}")) from None
+        return choose_partitions(keys, count, total, engine.config.partitioner)
+
+    def produce_batch(self, topic: str, messages: list[dict], partition: int = -1,
+                      on_delivery: Callable | None = None, **kwargs: Any) -> int:
+        """confluent-kafka's produce_batch, through the engine: headers and timestamps kept."""
+        on_delivery = on_delivery or kwargs.pop("callback", None)
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list of dicts")
+        if self._transactional:
+            return self._batch_through_librdkafka(topic, messages, partition, on_delivery)
+        engine = self._engine_or_start()
+        keys = [m.get("key") for m in messages]
+        chosen = self._partitions_for(topic, keys, len(messages), partition)
+        call_target = _ReportTo(on_delivery or self._default_on_delivery, True)
+        max_bytes = engine.config.message_max_bytes
+        queued = 0
+        self._enter_lane(topic, ENGINE, 0)
+        with engine.lock:
+            for i, m in enumerate(messages):
+                part = m.get("partition", -1)
+                if part is None or part < 0:
+                    part = chosen if isinstance(chosen, int) else int(chosen[i])
+                value, key = m.get("value"), m.get("key")
+                size = len(value or b"") + len(key or b"")
+                if size > max_bytes:
+                    m["_error"] = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE,
+                                             f"{size} bytes > message.max.bytes={max_bytes}")
+                    continue
+                own = m.get("callback") or m.get("on_delivery")
+                target = call_target if own is None else _ReportTo(own, True)
+                try:
+                    engine.acc.append(topic, part, key, value, m.get("headers"),
+                                      m.get("timestamp") or None, None, target)
+                except BufferError as exc:
+                    m["_error"] = KafkaError(KafkaError._QUEUE_FULL, str(exc))
+                    continue
+                except (TypeError, ValueError) as exc:
+                    m["_error"] = KafkaError(KafkaError._INVALID_ARG, str(exc))
+                    continue
+                queued += 1
+        self._lanes[topic][1] += queued
+        engine.appended(queued)
+        return queued
+
+    def produce_arrays(self, topic: str, values, keys=None, headers=None, timestamps=None,
+                       partition: Any = -1, on_delivery: Callable | None = None, *,
+                       per_record: bool | None = None) -> int:
+        """Append columns of records in one call; returns how many were enqueued (all).
+
+        Blocks (serving delivery reports) while the queue bounds are reached. ``on_delivery``
+        gets one :class:`BatchDelivery` per Kafka batch, or one ``Message`` per record with
+        ``per_record=True`` (or ``kip.delivery.report.per.record=true``).
+        """
+        from ._accumulator import key_lengths
+
+        if self._transactional:
+            return self._arrays_through_librdkafka(topic, values, keys, headers, timestamps,
+                                                   partition, on_delivery)
+        engine = self._engine_or_start()
+        sizes = key_lengths(values).clip(min=0)
+        n = len(sizes)
+        if keys is not None:
+            sizes = sizes + key_lengths(keys).clip(min=0)
+        if n and sizes.max() > engine.config.message_max_bytes:
+            index = int(sizes.argmax())
+            raise KafkaException(KafkaError(
+                KafkaError.MSG_SIZE_TOO_LARGE,
+                f"record {index} is {int(sizes[index])} bytes > message.max.bytes="
+                f"{engine.config.message_max_bytes}"))
+        parts = self._partitions_for(topic, keys, n, partition)
+        if per_record is None:
+            per_record = self._per_record_reports
+        target = _ReportTo(on_delivery or self._default_on_delivery, per_record)
+        self._enter_lane(topic, ENGINE, 0)
+        done = 0
+        stalled_since = None
+        while done < n:
+            sl = slice(done, None)
+            with engine.lock:
+                added = engine.acc.append_arrays(
+                    topic, parts if isinstance(parts, int) else parts[sl],
+                    _tail(values, done), keys=_tail(keys, done),
+                    timestamps=None if timestamps is None else timestamps[sl],
+                    headers=_tail_headers(headers, done, n), opaque=target)
+            self._lanes[topic][1] += added
+            engine.appended(added)
+            done += added
+            if done < n:
+                now = time.monotonic()
+                stalled_since = stalled_since if added == 0 and stalled_since else now
+                if now - stalled_since > engine.config.delivery_timeout_ms / 1000:
+                    raise BufferError(f"queue stayed full; {done} of {n} records enqueued")
+                engine.begin_flush()
+                try:
+                    self._serve_engine(0.01)
+                finally:
+                    engine.end_flush()
+        return n
+
+    # ---- the librdkafka lane ------------------------------------------------------------------
+
+    def produce(self, topic, value=None, key=None, *args, **kwargs):  # type: ignore[override]
+        if self._engine is None:
+            return super().produce(topic, value, key, *args, **kwargs)
+        # Both lanes in use: count this record until librdkafka reports it.
+        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
+        user = callback or self._default_on_delivery
+        self._enter_lane(topic, RDKAFKA, 1)
+
+        def delivered(err, msg, _user=user, _topic=topic):
+            self._lane_done(_topic, RDKAFKA, 1)
+            if _user is not None:
+                _user(err, msg)
+
+        try:
+            return super().produce(topic, value, key, *args, on_delivery=delivered, **kwargs)
+        except BaseException:
+            self._lane_done(topic, RDKAFKA, 1)
+            raise
+
+    def _batch_through_librdkafka(self, topic, messages, partition, on_delivery) -> int:
+        queued = 0
+        for m in messages:
+            kwargs = {k: m[k] for k in ("headers", "timestamp") if m.get(k) is not None}
+            part = m.get("partition", partition)
+            if part is not None and part >= 0:
+                kwargs["partition"] = part
+            callback = m.get("callback") or m.get("on_delivery") or on_delivery
+            if callback is not None:
+                kwargs["on_delivery"] = callback
+            try:
+                super().produce(topic, m.get("value"), m.get("key"), **kwargs)
+                queued += 1
+            except (BufferError, KafkaException) as exc:
+                m["_error"] = exc.args[0] if exc.args and isinstance(
+                    exc.args[0], KafkaError) else KafkaError(KafkaError._QUEUE_FULL, str(exc))
+        return queued
+
+    def _arrays_through_librdkafka(self, topic, values, keys, headers, timestamps, partition,
+                                   on_delivery) -> int:
+        values = _as_list(values)
+        keys = _as_list(keys) if keys is not None else [None] * len(values)
+        n = len(values)
+        for i in range(n):
+            kwargs: dict[str, Any] = {}
+            if timestamps is not None:
+                kwargs["timestamp"] = int(timestamps[i])
+            h = _tail_headers(headers, i, n)
+            if h is not None:
+                kwargs["headers"] = h[0] if isinstance(h, list) and len(h) == n - i else h
+            part = partition if isinstance(partition, int) else int(partition[i])
+            if part >= 0:
+                kwargs["partition"] = part
+            if on_delivery is not None:
+                kwargs["on_delivery"] = on_delivery
+            super().produce(topic, values[i], keys[i], **kwargs)
+        return n
+
+    # ---- both lanes ---------------------------------------------------------------------------
+
+    def _serve_engine(self, timeout: float | None) -> int:
+        engine = self._engine
+        if engine is None:
+            return 0
+        served = 0
+        for report in engine.take_reports(timeout):
+            served += self._deliver(report)
+            engine.report_done(report.batch.record_count)
+            self._lane_done(report.batch.topic, ENGINE, report.batch.record_count)
+        return served
+
+    def _deliver(self, report) -> int:
+        batch = report.batch
+        runs = batch.opaque_runs or [(0, None)]
+        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
+        records = None
+        served = 0
+        for (start, target), end in zip(runs, bounds, strict=True):
+            callback = target.callback if target is not None else self._default_on_delivery
+            if callback is None:
+                continue
+            first = report.base_offset + start if report.base_offset >= 0 else -1
+            if target is None or not target.per_record:
+                callback(report.error, BatchDelivery(batch.topic, batch.partition, first,
+                                                     end - start, report.error))
+                served += 1
+                continue
+            if records is None:
+                records = [r for b in decode_batches(batch.data) for r in b]
+            for i in range(start, end):
+                r = records[i]
+                msg = confluent_kafka.Message(
+                    topic=batch.topic, partition=batch.partition,
+                    offset=report.base_offset + i if report.base_offset >= 0 else -1,
+                    key=r.key, value=r.value, headers=r.headers or None,
+                    error=report.error, timestamp=(_TIMESTAMP_CREATE_TIME, r.timestamp))
+                callback(report.error, msg)
+                served += 1
+        return served
+
+    def poll(self, timeout: float | None = None) -> int:  # type: ignore[override]
+        if self._engine is None:
+            return super().poll(-1 if timeout is None else timeout)
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        while True:
+            served = self._serve_engine(0) + super().poll(0)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if served or (remaining is not None and remaining <= 0):
+                return served
+            slice_s = 0.01 if remaining is None else min(0.01, remaining)
+            served = self._serve_engine(slice_s) + super().poll(0)
+            if served:
+                return served
+
+    def flush(self, timeout: float | None = None) -> int:  # type: ignore[override]
+        if self._engine is None:
+            return super().flush(-1 if timeout is None else timeout)
+        engine = self._engine
+        deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
+        engine.begin_flush()
+        try:
+            while len(self):
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self._serve_engine(0.005)
+                super().flush(0 if len(engine) else min(0.1, remaining or 0.1))
+            self._serve_engine(0)
+        finally:
+            engine.end_flush()
+        return len(self)
+
+    def __len__(self) -> int:
+        return super().__len__() + (len(self._engine) if self._engine is not None else 0)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True,  # type: ignore[override]
+              blocking: bool = True) -> None:
+        super().purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
+        if self._engine is not None and in_queue:
+            self._engine.purge()
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        if self._engine is not None:
+            self.flush(30)
+            self._engine.close()
+        parent = getattr(super(), "close", None)
+        return parent(*args, **kwargs) if parent is not None else None
+
+
+def _as_list(column) -> list:
+    if hasattr(column, "to_pylist"):
+        return column.to_pylist()
+    if isinstance(column, tuple) and len(column) == 2:
+        data, offsets = column
+        data = bytes(data)
+        return [data[int(offsets[i]):int(offsets[i + 1])] for i in range(len(offsets) - 1)]
+    return list(column)
+
+
+def _tail(column, start: int):
+    """The records of a column from ``start`` on (columns keep absolute Arrow offsets)."""
+    if column is None or start == 0:
+        return column
+    if isinstance(column, tuple) and len(column) == 2 and not isinstance(
+            column[0], (bytes, type(None))):
+        data, offsets = column
+        return (data, offsets[start:])
+    return column[start:]
+
+
+def _tail_headers(headers, start: int, total: int):
+    if headers is None or start == 0 or isinstance(headers, dict):
+        return headers
+    if isinstance(headers, Sequence) and len(headers) == total and total and (
+            headers[0] is None or isinstance(headers[0], (list, dict))):
+        return headers[start:]
+    return headers
