@@ -31,7 +31,8 @@ def _source_partition(n: int, seed: int = 42):
     offsets = np.cumsum(steps) - steps[0]
     keys = [b"user-%06d" % int(k) for k in rng.integers(0, 50_000, n)]
     values = [rng.bytes(100) for _ in range(n)]
-    timestamps = 1_700_000_000_000 + np.arange(n, dtype=np.int64) * 7
+    # Recent timestamps: older ones would fall to the broker's time retention (retention.ms).
+    timestamps = int(time.time() * 1000) - 7 * n + np.arange(n, dtype=np.int64) * 7
     return offsets.astype(np.int64), keys, values, timestamps
 
 

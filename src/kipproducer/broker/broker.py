@@ -119,11 +119,21 @@ class Broker:
 
     @property
     def advertised_port(self) -> int:
-        return self.server.port
+        return self.config.advertised_port or self.server.port
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.advertised_host}:{self.advertised_port}"
+
+    # -- authorization ----------------------------------------------------------------------------
+
+    def authorize(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
+        """Whether ``principal`` may do ``operation`` on the resource.
+
+        No authorizer is configured yet, and Kafka without an authorizer allows everything;
+        SASL principals and ACLs plug in here.
+        """
+        return True
 
     # -- fetch long-poll --------------------------------------------------------------------------
 

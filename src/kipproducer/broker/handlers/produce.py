@@ -23,8 +23,8 @@ from kipproducer.protocol.wire_extensions import ProduceMode
 from kipproducer.records import validate_batch
 
 from ..api import RequestContext, handles
-from ..producer_state import ProducerStateError
-from ..storage.errors import StorageError
+from ..producer_state import Duplicate, ProducerStateError
+from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
 from ..storage.log_config import LONG_MAX
 from .common import logs_of
 
@@ -43,7 +43,7 @@ class PartitionRefused(Exception):
         self.record_errors = record_errors or []
 
 
-def _check_batch(ctx: RequestContext, info, records):
+def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASSIGN):
     """Everything checked before the log is touched; returns the validated Batch."""
     config = info.config
     if records is None or len(records) == 0:
@@ -58,7 +58,7 @@ def _check_batch(ctx: RequestContext, info, records):
     except CorruptRecordError as exc:
         code = ec.CORRUPT_MESSAGE if exc.rule in ("crc", "truncated") else ec.INVALID_RECORD
         raise PartitionRefused(code, str(exc)) from None
-    if batch.base_offset != 0:
+    if mode == ProduceMode.ASSIGN and batch.base_offset != 0:
         raise PartitionRefused(
             ec.INVALID_RECORD,
             f"the baseOffset of a produced batch must be 0, not {batch.base_offset}",
@@ -69,6 +69,11 @@ def _check_batch(ctx: RequestContext, info, records):
         raise PartitionRefused(
             ec.INVALID_RECORD, f"producer id {batch.producer_id} sent no base sequence"
         )
+    if batch.is_transactional and mode == ProduceMode.USE_OFFSETS:
+        raise PartitionRefused(
+            ec.INVALID_TXN_STATE,
+            "a batch with explicit offsets cannot be transactional: commit markers would "
+            "take offsets the source owns")
     if batch.is_transactional:
         raise PartitionRefused(
             ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -119,7 +124,8 @@ async def produce(ctx: RequestContext, body):
     logs = logs_of(ctx)
     mode = getattr(body, "produce_mode", ProduceMode.ASSIGN)
     results = []
-    appended = False
+    accepted = []  # (log, records, batch, answer) that passed every check before the log
+    touched = []  # (log, answer) for every existing partition: LogEndOffset goes to each
     for topic in body.topic_data:
         info = logs.topics().get(topic.name)
         partitions = []
@@ -130,53 +136,119 @@ async def produce(ctx: RequestContext, body):
                 "log_append_time": -1,
                 "log_start_offset": -1,
             }
+            partitions.append(answer)
             try:
-                if body.transactional_id is not None:
-                    raise PartitionRefused(
-                        ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                        "transactions are not supported by this broker yet",
-                    )
-                if mode != ProduceMode.ASSIGN:
-                    raise PartitionRefused(
-                        ec.INVALID_REQUEST,
-                        f"ProduceMode {mode} is not enabled on this broker (no "
-                        "kip.produce.* feature advertised)",
-                    )
-                if info is None or not 0 <= pdata.index < info.partitions:
-                    raise PartitionRefused(ec.UNKNOWN_TOPIC_OR_PARTITION)
-                _check_batch(ctx, info, pdata.records)
-                result = logs.get_log(topic.name, pdata.index).append(
-                    pdata.records, assign_offsets=True
-                )
-                answer.update(
-                    base_offset=result.base_offset,
-                    log_append_time=result.log_append_time,
-                    log_start_offset=result.log_start_offset,
-                )
-                appended = appended or not result.duplicate
+                if info is not None and 0 <= pdata.index < info.partitions:
+                    touched.append((logs.get_log(topic.name, pdata.index), answer))
+                _check_request(ctx, body, mode, info, pdata.index)
+                batch = _check_batch(ctx, info, pdata.records, mode)
+                accepted.append(
+                    (logs.get_log(topic.name, pdata.index), pdata.records, batch, answer))
             except PartitionRefused as refused:
-                answer.update(
-                    error_code=refused.error_code,
-                    error_message=refused.message,
-                    record_errors=refused.record_errors,
-                )
-            except ProducerStateError as exc:
-                answer.update(error_code=exc.error_code, error_message=str(exc))
-            except StorageError as exc:
-                log.warning("produce to %s-%d failed: %s", topic.name, pdata.index, exc)
-                answer.update(error_code=ec.KAFKA_STORAGE_ERROR, error_message=str(exc))
+                _refuse(answer, refused.error_code, refused.message, refused.record_errors)
+        results.append({"name": topic.name, "partition_responses": partitions})
+    if mode == ProduceMode.EXPECTED_OFFSETS:
+        accepted = _precheck_expected_offsets(accepted)
+    appended = False
+    for log_, records, batch, answer in accepted:
+        appended = _append(log_, records, batch, answer, mode) or appended
+    if mode != ProduceMode.ASSIGN:
+        for log_, answer in touched:
+            answer["log_end_offset"] = log_.log_end_offset
+    for topic in results:
+        for answer in topic["partition_responses"]:
             if ctx.api_version < 8:
                 answer.pop("record_errors", None)
                 answer.pop("error_message", None)
             if ctx.api_version < 5:
                 answer.pop("log_start_offset")
-            partitions.append(answer)
-        results.append({"name": topic.name, "partition_responses": partitions})
     if appended:
         ctx.broker.notify_appended()
     if body.acks == 0:
         return None
     return build_response(PRODUCE, ctx.api_version, responses=results)
+
+
+def _refuse(answer: dict, code: int, message: str | None = None, record_errors=None) -> None:
+    answer.update(error_code=code, error_message=message, record_errors=record_errors or [])
+
+
+def _check_request(ctx: RequestContext, body, mode: int, info, index: int) -> None:
+    """Request-level rules, answered per partition as Kafka does."""
+    if body.transactional_id is not None:
+        raise PartitionRefused(
+            ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactions are not supported by this broker yet")
+    if mode not in (ProduceMode.ASSIGN, ProduceMode.USE_OFFSETS, ProduceMode.EXPECTED_OFFSETS):
+        raise PartitionRefused(ec.INVALID_REQUEST, f"unknown ProduceMode {mode}")
+    if mode == ProduceMode.USE_OFFSETS and not ctx.broker.authorize(
+            ctx.principal, "ReplicatorWrite", "Cluster", "kafka-cluster"):
+        raise PartitionRefused(
+            ec.CLUSTER_AUTHORIZATION_FAILED,
+            f"{ctx.principal} lacks ReplicatorWrite on the cluster (KIP-391 produce with "
+            "offsets)")
+    if info is None or not 0 <= index < info.partitions:
+        raise PartitionRefused(ec.UNKNOWN_TOPIC_OR_PARTITION)
+    if info.config.check_expected_offsets and mode != ProduceMode.EXPECTED_OFFSETS:
+        raise PartitionRefused(
+            ec.POLICY_VIOLATION,
+            f"topic {info.name} has check.expected.offsets=true: it only takes conditional "
+            "produce requests (ProduceMode EXPECTED_OFFSETS)")
+
+
+def _precheck_expected_offsets(accepted: list) -> list:
+    """KIP-27: if any batch expects an offset other than its log end, append nothing at all.
+
+    A retry the producer state recognises as a duplicate is not a mismatch: it succeeds with
+    its original offsets (KIP-WIRE §4, the duplicate check comes first).
+    """
+    mismatched = set()
+    for i, (log_, _records, batch, answer) in enumerate(accepted):
+        expected = batch.base_offset
+        if expected == -1:
+            continue
+        if batch.producer_id >= 0 and isinstance(
+                log_.producer_state.check_batch(batch), Duplicate):
+            continue
+        end = log_.log_end_offset
+        if expected != end:
+            _refuse(answer, ec.OFFSET_MISMATCH,
+                    f"expected the log to end at {expected}; it ends at {end}")
+            mismatched.add(i)
+    if not mismatched:
+        return accepted
+    for i, (_log, _records, _batch, answer) in enumerate(accepted):
+        if i not in mismatched:
+            _refuse(answer, ec.OPERATION_NOT_ATTEMPTED,
+                    "another partition of this conditional request did not match its "
+                    "expected offset; nothing was appended")
+    return []
+
+
+def _append(log_, records, batch, answer: dict, mode: int) -> bool:
+    """Append one checked batch; True when something new reached the log."""
+    expected = None
+    if mode == ProduceMode.EXPECTED_OFFSETS and batch.base_offset != -1:
+        expected = batch.base_offset
+    try:
+        result = log_.append(records, assign_offsets=mode != ProduceMode.USE_OFFSETS,
+                             expected_base_offset=expected)
+    except InvalidAppendOffsetError as exc:
+        _refuse(answer, ec.INVALID_PRODUCE_OFFSET, str(exc))
+        return False
+    except OffsetMismatchError as exc:
+        _refuse(answer, ec.OFFSET_MISMATCH, str(exc))
+        return False
+    except ProducerStateError as exc:
+        _refuse(answer, exc.error_code, str(exc))
+        return False
+    except StorageError as exc:
+        log.warning("produce to %s failed: %s", log_.directory, exc)
+        _refuse(answer, ec.KAFKA_STORAGE_ERROR, str(exc))
+        return False
+    answer.update(base_offset=result.base_offset, log_append_time=result.log_append_time,
+                  log_start_offset=result.log_start_offset)
+    return not result.duplicate
 
 
 @handles(INIT_PRODUCER_ID, 0, 5, advertise_min=0)
