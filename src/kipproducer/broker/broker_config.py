@@ -56,6 +56,14 @@ class BrokerConfig:
             "doc": "host clients are told to connect to; default: the listen host",
         },
     )
+    advertised_port: int = field(
+        default=0,
+        metadata={
+            "name": "advertised.port",
+            "doc": "port clients are told to connect to (e.g. a proxy's); default (0): the "
+            "listen port",
+        },
+    )
     socket_request_max_bytes: int = field(
         default=104_857_600, metadata={"name": "socket.request.max.bytes"}
     )
@@ -103,6 +111,9 @@ class BrokerConfig:
         default=1000, metadata={"name": "log.flush.scheduler.interval.ms"}
     )
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    #: The property names given at start (DescribeConfigs reports them as
+    #: STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG, as Kafka does).
+    explicit: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def properties(cls) -> dict[str, Any]:
@@ -133,7 +144,7 @@ class BrokerConfig:
             except ValueError as exc:
                 raise BrokerConfigError(f"broker property {name}={raw!r}: {exc}") from None
             values[spec.name] = value
-        config = cls(**values, topic_defaults=topic_defaults)
+        config = cls(**values, topic_defaults=topic_defaults, explicit=frozenset(props or ()))
         if config.socket_request_max_bytes < 1024:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
         if config.num_partitions < 1:

@@ -22,7 +22,11 @@ from ..storage.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from ..storage.log_config import SOURCE_DEFAULT_CONFIG
+from ..storage.log_config import (
+    SOURCE_DEFAULT_CONFIG,
+    SOURCE_STATIC_BROKER_CONFIG,
+    TYPE_LIST,
+)
 from .common import INVALID_CONFIG, logs_of
 
 log = logging.getLogger("kipproducer.broker")
@@ -32,6 +36,14 @@ DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 
 
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+#: Kafka's controller refuses a CreateTopics / CreatePartitions request that would add more
+#: partitions than this (ReplicationControlManager.MAX_PARTITIONS_PER_BATCH) with
+#: POLICY_VIOLATION, before doing anything: one request must not be able to make the broker open
+#: billions of partitions (and run out of file descriptors) on the request path.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+POLICY_VIOLATION = ec.error_code("POLICY_VIOLATION")
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
 def _error_of(exc: Exception) -> int:
@@ -53,10 +65,21 @@ async def create_topics(ctx: RequestContext, body):
     logs = logs_of(ctx)
     v = ctx.api_version
     node = ctx.broker.node_id
+    requested = sum(
+        len(t.assignments)
+        if t.assignments
+        else ctx.broker.config.num_partitions
+        if t.num_partitions == -1
+        else max(t.num_partitions, 0)
+        for t in body.topics
+    )
+    too_many = requested > MAX_PARTITIONS_PER_REQUEST
     results = []
     for topic in body.topics:
         answer = {"name": topic.name, "error_code": ec.NONE, "error_message": None}
         try:
+            if too_many:
+                raise _Refused(POLICY_VIOLATION, TOO_MANY_PARTITIONS)
             partitions = topic.num_partitions
             if topic.assignments:
                 if partitions != -1:
@@ -146,11 +169,17 @@ async def delete_topics(ctx: RequestContext, body):
 @handles(CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx: RequestContext, body):
     logs = logs_of(ctx)
+    known = logs.topics()
+    added = sum(max(0, t.count - known[t.name].partitions) for t in body.topics if t.name in known)
     results = []
     for topic in body.topics:
         answer = {"name": topic.name, "error_code": ec.NONE, "error_message": None}
         try:
+            if added > MAX_PARTITIONS_PER_REQUEST:
+                raise _Refused(POLICY_VIOLATION, TOO_MANY_PARTITIONS)
             logs.create_partitions(topic.name, topic.count, validate_only=body.validate_only)
+        except _Refused as refused:
+            answer.update(error_code=refused.code, error_message=str(refused))
         except Exception as exc:
             answer.update(error_code=_error_of(exc), error_message=str(exc))
         results.append(answer)
@@ -158,26 +187,35 @@ async def create_partitions(ctx: RequestContext, body):
 
 
 def _broker_entries(ctx: RequestContext) -> list[dict]:
-    from ..broker_config import BrokerConfig
+    from ..broker_config import TOPIC_DEFAULTS_FROM_BROKER, BrokerConfig
 
     config = ctx.broker.config
-    entries = []
-    for name, spec in sorted(BrokerConfig.properties().items()):
+    values: dict[str, str | None] = {}
+    for name, spec in BrokerConfig.properties().items():
         value = getattr(config, spec.name)
         if isinstance(value, bool):
-            text = str(value).lower()
+            values[name] = str(value).lower()
         else:
-            text = None if value is None else str(value)
-        entries.append(
-            {
-                "name": name,
-                "value": text,
-                "read_only": True,
-                "config_source": SOURCE_DEFAULT_CONFIG,
-                "is_sensitive": False,
-            }
-        )
-    return entries
+            values[name] = None if value is None else str(value)
+    # Topic-config defaults given to the broker (log.flush.interval.messages, ...) are broker
+    # properties too; the ones not given are only known as the topics' own defaults.
+    for name, topic_name in TOPIC_DEFAULTS_FROM_BROKER.items():
+        if topic_name in config.topic_defaults:
+            values[name] = config.topic_defaults[topic_name]
+    return [
+        {
+            "name": name,
+            "value": text,
+            "read_only": True,
+            # Kafka reports a property set in the broker's configuration as
+            # STATIC_BROKER_CONFIG, one left alone as DEFAULT_CONFIG.
+            "config_source": (
+                SOURCE_STATIC_BROKER_CONFIG if name in config.explicit else SOURCE_DEFAULT_CONFIG
+            ),
+            "is_sensitive": False,
+        }
+        for name, text in sorted(values.items())
+    ]
 
 
 @handles(DESCRIBE_CONFIGS, 1, 4)
@@ -274,7 +312,13 @@ def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool)
             elif c.config_operation == OP_DELETE:
                 deleted.append(c.name)
             elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-                base = current.get(c.name) or info.config.describe([c.name])[0].value or ""
+                described = info.config.describe([c.name])
+                # Kafka: only list configs take APPEND / SUBTRACT; an unknown name is no list.
+                if not described or described[0].config_type != TYPE_LIST:
+                    raise InvalidConfigError(
+                        c.name, c.value, "APPEND and SUBTRACT apply to list configs only"
+                    )
+                base = current.get(c.name) or described[0].value or ""
                 items = [x for x in base.split(",") if x]
                 for item in (c.value or "").split(","):
                     if c.config_operation == OP_APPEND and item and item not in items:

@@ -6,10 +6,16 @@ import logging
 
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
+from kipproducer.protocol.wire_extensions import (
+    FEATURE_MAX_VERSION,
+    FEATURE_MIN_VERSION,
+    FEATURE_PRODUCE_CONDITIONAL,
+    FEATURE_PRODUCE_OFFSETS,
+)
 
 from ..api import RequestContext, handles
 from ..server import api_versions_table
-from ..storage.errors import InvalidTopicError, TopicExistsError
+from ..storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
 from .common import AUTHORIZED_OPERATIONS_OMITTED, LEADER_EPOCH, logs_of
 
 log = logging.getLogger("kipproducer.broker")
@@ -25,36 +31,60 @@ async def api_versions(ctx: RequestContext, body):
 
 
 def _features(version: int) -> dict:
-    # The KIP extensions are advertised here once the broker implements them (KIP-WIRE §1).
-    return {}
+    """KIP-WIRE §1: the extensions this broker implements, in SupportedFeatures (v3+)."""
+    if version < 3:
+        return {}
+    return {"supported_features": [
+        {"name": FEATURE_PRODUCE_OFFSETS, "min_version": FEATURE_MIN_VERSION,
+         "max_version": FEATURE_MAX_VERSION},
+        {"name": FEATURE_PRODUCE_CONDITIONAL, "min_version": FEATURE_MIN_VERSION,
+         "max_version": FEATURE_MAX_VERSION},
+    ]}
 
 
-def partition_metadata(ctx: RequestContext, partitions: int) -> list[dict]:
+def partition_metadata(ctx: RequestContext, partitions: int, version: int = 12) -> list[dict]:
     node = ctx.broker.node_id
-    return [
-        {
+    out = []
+    for p in range(partitions):
+        entry = {
             "error_code": ec.NONE,
             "partition_index": p,
             "leader_id": node,
-            "leader_epoch": LEADER_EPOCH,
             "replica_nodes": (node,),
             "isr_nodes": (node,),
-            "offline_replicas": (),
         }
-        for p in range(partitions)
-    ]
+        # Fields exist from the version that added them: v5 offline_replicas, v7 leader_epoch.
+        if version >= 5:
+            entry["offline_replicas"] = ()
+        if version >= 7:
+            entry["leader_epoch"] = LEADER_EPOCH
+        out.append(entry)
+    return out
 
 
 def _maybe_create(ctx: RequestContext, name: str, allowed: bool):
-    """Kafka creates an unknown topic a client asks metadata for, if both sides allow it."""
+    """Kafka creates an unknown topic a client asks metadata for, if both sides allow it.
+
+    Returns (TopicInfo or None, the error code for None): an invalid name that Kafka would
+    have auto-created is INVALID_TOPIC_EXCEPTION, anything not created otherwise unknown.
+    """
     logs = logs_of(ctx)
     if not (allowed and ctx.broker.config.auto_create_topics_enable):
+        return None, ec.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        return logs.create_topic(name, ctx.broker.config.num_partitions), ec.NONE
+    except TopicExistsError:
+        return logs.topic(name), ec.NONE
+    except InvalidTopicError:
+        return None, ec.INVALID_TOPIC_EXCEPTION
+
+
+def _by_id(logs, topic_id):
+    if topic_id is None:
         return None
     try:
-        return logs.create_topic(name, ctx.broker.config.num_partitions)
-    except TopicExistsError:
-        return logs.topic(name)
-    except InvalidTopicError:
+        return logs.topic_by_id(topic_id)
+    except UnknownTopicError:
         return None
 
 
@@ -64,51 +94,67 @@ async def metadata(ctx: RequestContext, body):
     v = ctx.api_version
     topics = logs.topics()
     if body.topics is None or (v == 0 and not body.topics):
-        wanted = sorted(topics)
+        wanted = [(name, None) for name in sorted(topics)]
         requested = False
     else:
-        wanted = [t.name for t in body.topics]
+        wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
         requested = True
     allow_create = getattr(body, "allow_auto_topic_creation", True)
     out = []
-    for name in wanted:
-        info = topics.get(name) if name is not None else None
+    for name, topic_id in wanted:
+        if name is None:
+            # v10+ may name a topic by id only. Kafka resolves ids from v12 (an unknown id:
+            # UNKNOWN_TOPIC_ID, name null) and refuses a null name before that (the v10/v11
+            # response cannot carry one).
+            found = _by_id(logs, topic_id) if v >= 12 else None
+            if found is None:
+                out.append(
+                    {
+                        "error_code": ec.UNKNOWN_TOPIC_ID if v >= 12 else ec.INVALID_REQUEST,
+                        "name": None if v >= 12 else "",
+                        "topic_id": topic_id,
+                        "partitions": (),
+                    }
+                )
+                continue
+            name = found.name
+        info = topics.get(name)
         if info is None and requested and name:
-            info = _maybe_create(ctx, name, allow_create)
+            info, code = _maybe_create(ctx, name, allow_create)
+        else:
+            code = ec.UNKNOWN_TOPIC_OR_PARTITION
         if info is None:
-            out.append(
-                {"error_code": ec.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": ()}
-            )
+            out.append({"error_code": code, "name": name, "partitions": ()})
             continue
-        out.append(
-            {
-                "error_code": ec.NONE,
-                "name": info.name,
-                "topic_id": info.topic_id,
-                "is_internal": False,
-                "partitions": partition_metadata(ctx, info.partitions),
-                "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-            }
-        )
+        topic = {
+            "error_code": ec.NONE,
+            "name": info.name,
+            "partitions": partition_metadata(ctx, info.partitions, v),
+        }
+        # Each field only from the version that has it (v1 is_internal, v8 authorized
+        # operations, v10 topic_id): build_response refuses fields a version lacks.
+        if v >= 1:
+            topic["is_internal"] = False
+        if v >= 8:
+            topic["topic_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+        if v >= 10:
+            topic["topic_id"] = info.topic_id
+        out.append(topic)
     broker = ctx.broker
-    return build_response(
-        METADATA,
-        v,
-        brokers=[
-            {
-                "node_id": broker.node_id,
-                "host": broker.advertised_host,
-                "port": broker.advertised_port,
-                "rack": None,
-            }
-        ],
-        cluster_id=broker.config.cluster_id,
-        controller_id=broker.node_id,
-        topics=out,
-        **(
-            {"cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED} if 8 <= v <= 10 else {}
-        ),
-    )
+    node = {
+        "node_id": broker.node_id,
+        "host": broker.advertised_host,
+        "port": broker.advertised_port,
+    }
+    fields: dict = {"brokers": [node], "topics": out}
+    if v >= 1:
+        node["rack"] = None
+        fields["controller_id"] = broker.node_id
+    if v >= 2:
+        fields["cluster_id"] = broker.config.cluster_id
+    if 8 <= v <= 10:
+        fields["cluster_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+    return build_response(METADATA, v, **fields)
 
 
 @handles(DESCRIBE_CLUSTER, 0, 1)
