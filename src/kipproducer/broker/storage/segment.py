@@ -394,6 +394,16 @@ class LogSegment:
             if pos >= self.size or (first_pos >= 0 and taken >= max_bytes):
                 break
             if consumed:
+                # The next batch's header may already be in this buffer: if that batch cannot
+                # be returned anyway, stop here instead of reading it (and later re-reading
+                # the answer from a second buffer).
+                rest = len(data) - consumed
+                if first_pos >= 0 and rest >= LOG_OVERHEAD:
+                    next_size = LOG_OVERHEAD + int.from_bytes(
+                        data[consumed + _BATCH_LENGTH_POS : consumed + _BATCH_LENGTH_POS + 4],
+                        "big", signed=True)
+                    if taken + next_size > max_bytes:
+                        break
                 want = max_bytes - taken + _READ_SLACK
                 continue
             # The batch at pos is larger than the window: read it whole next round, unless it
