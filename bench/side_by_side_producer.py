@@ -1,0 +1,210 @@
+"""Side-by-side: confluent-kafka's produce() loop and produce_batch against kipproducer's
+produce_batch and produce_arrays, end to end to one `kip broker`, in one run.
+
+Every contender sends the same 1M records (12-byte keys, 100-byte values) with acks=all and
+enable.idempotence=true to its own fresh topic on the same broker, and is timed from its
+first call to flush() returning with every delivery report in (errors counted as failures).
+Each contender runs in its own process so its CPU seconds (all threads) and peak RSS are its
+own.
+
+    PYTHONPATH=src python bench/side_by_side_producer.py [--records N] [--repeat R]
+        [--write bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KEY_SIZE, VALUE_SIZE = 12, 100
+HEADING = "## Producer lanes (issue 4)"
+CONTENDERS = ["confluent produce()", "confluent produce_batch", "kip produce_batch",
+              "kip produce_arrays"]
+PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                   "queue.buffering.max.messages": 2_000_000,
+                   "queue.buffering.max.kbytes": 2_097_151}
+
+
+def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
+    """In a child process: send n records the way ``name`` does; report rate, CPU, RSS."""
+    import numpy as np
+    from confluent_kafka import Producer as CkProducer
+
+    from kipproducer import Producer
+
+    keys = [b"k%011d" % i for i in range(n)]
+    value = os.urandom(VALUE_SIZE)
+    config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG}
+    failed = [0]
+    delivered = [0]
+
+    def on_record(err, _msg):
+        if err is None:
+            delivered[0] += 1
+        else:
+            failed[0] += 1
+
+    def on_batch(err, report):
+        if err is None:
+            delivered[0] += report.count
+        else:
+            failed[0] += report.count
+
+    if name.startswith("confluent"):
+        producer = CkProducer(config)
+    else:
+        producer = Producer(config)
+    producer.list_topics(topic, timeout=10)
+    chunk = 100_000
+    if name == "kip produce_arrays":
+        key_col = np.array(keys, dtype=object)
+        value_col = np.array([value] * n, dtype=object)
+    elif name.endswith("produce_batch"):
+        messages = [{"key": k, "value": value} for k in keys]
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    if name == "confluent produce()":
+        produce = producer.produce
+        for i, k in enumerate(keys):
+            while True:
+                try:
+                    produce(topic, value, k, on_delivery=on_record)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            if i % 10000 == 0:
+                producer.poll(0)
+    elif name.endswith("produce_batch"):
+        for start in range(0, n, chunk):
+            part = messages[start : start + chunk]
+            queued = producer.produce_batch(topic, part, on_delivery=on_record)
+            if queued != len(part):
+                raise RuntimeError(f"{name}: only {queued} of {len(part)} queued")
+            producer.poll(0)
+    else:
+        for start in range(0, n, chunk):
+            producer.produce_arrays(topic, value_col[start : start + chunk],
+                                    keys=key_col[start : start + chunk], on_delivery=on_batch)
+    left = producer.flush(120)
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    if left or failed[0] or delivered[0] != n:
+        raise RuntimeError(f"{name}: left {left}, failed {failed[0]}, delivered {delivered[0]}")
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"seconds": elapsed, "cpu": cpu, "rss_mib": rss_kib / 1024}
+
+
+def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(HERE), "src") + os.pathsep + env.get(
+        "PYTHONPATH", "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
+         "--data-dir", data_dir, "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"broker did not start: {line!r}")
+    return proc, line.removeprefix("listening on ")
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write", metavar="PATH")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic)))
+        return
+
+    data_dir = tempfile.mkdtemp(prefix="kip-bench-producer-")
+    proc, bootstrap = start_broker(data_dir)
+    results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
+    try:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.path.join(os.path.dirname(HERE), "src") + os.pathsep + env.get(
+            "PYTHONPATH", "")
+        for rnd in range(args.repeat):
+            for name in CONTENDERS:  # alternating, so drift hits everyone alike
+                topic = f"bench-{CONTENDERS.index(name)}-{rnd}"
+                create_topic(bootstrap, topic)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
+                     "--topic", topic, "--records", str(args.records)],
+                    capture_output=True, text=True, env=env, timeout=600)
+                if out.returncode != 0:
+                    raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                results[name].append(result)
+                print(f"{name:26s} {args.records / result['seconds'] / 1e6:6.2f} M rec/s "
+                      f"cpu {result['cpu']:.2f} s rss {result['rss_mib']:.0f} MiB",
+                      file=sys.stderr)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    n = args.records
+    rows = []
+    for name in CONTENDERS:
+        runs = results[name]
+        rate = n / statistics.median(r["seconds"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
+        rss = max(r["rss_mib"] for r in runs)
+        rows.append((name, rate, cpu, rss))
+    best_confluent = max(rate for name, rate, _, _ in rows if name.startswith("confluent"))
+    lines = [
+        HEADING, "",
+        f"Command: `PYTHONPATH=src python bench/side_by_side_producer.py --records {n} "
+        f"--repeat {args.repeat}` (median of {args.repeat} alternating runs, one process per "
+        "run).",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and `kip broker` share "
+        "them, on loopback.",
+        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, acks=all, "
+        "enable.idempotence=true, linger.ms=5, 1 partition, each contender to its own topic on "
+        "the same broker; timed from the first call to flush() returning with every delivery "
+        "report in. CPU is the contender's process (all threads); peak RSS its max RSS.",
+        "",
+        "| lane | records/s | MB/s | CPU s per 1M records | peak RSS | vs best confluent |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, rate, cpu, rss in rows:
+        lines.append(f"| {name} | {rate / 1e6:.2f} M | {rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f}"
+                     f" | {cpu:.2f} | {rss:.0f} MiB | {rate / best_confluent:.2f}x |")
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.write:
+        sys.path.insert(0, HERE)
+        from side_by_side_core import replace_section
+
+        replace_section(args.write, HEADING, section)
+
+
+if __name__ == "__main__":
+    main()
