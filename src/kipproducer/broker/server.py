@@ -52,7 +52,7 @@ class BrokerServer:
         self.host = host
         self.port = port
         self._server: asyncio.base_events.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
         self._ids = itertools.count(1)
 
     async def start(self) -> tuple[str, int]:
@@ -70,8 +70,14 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        for task, writer in list(self._connections.items()):
             task.cancel()
+            # Also drop the socket: before Python 3.12, asyncio.wait_for swallows a
+            # cancellation that races with the read it wraps completing (CPython gh-86296),
+            # and such a connection would go on waiting for its client's next request
+            # (up to connections.max.idle.ms) while stop() waits for it. The aborted transport
+            # ends that read at once.
+            writer.transport.abort()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
@@ -83,7 +89,7 @@ class BrokerServer:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
+        self._connections[task] = writer
         peer = writer.get_extra_info("peername") or ("?", 0)
         sock = writer.get_extra_info("socket")
         if sock is not None:
@@ -98,7 +104,7 @@ class BrokerServer:
         except Exception:  # a bug in a handler must not take other clients down
             log.exception("connection %s from %s failed; closing it", conn.id, conn.host)
         finally:
-            self._connections.discard(task)
+            self._connections.pop(task, None)
             writer.close()
 
 

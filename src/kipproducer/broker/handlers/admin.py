@@ -19,6 +19,7 @@ from ..storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     OffsetOutOfRangeError,
+    StorageError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -57,6 +58,11 @@ def _error_of(exc: Exception) -> int:
         return INVALID_CONFIG
     if isinstance(exc, UnknownTopicError):
         return ec.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(exc, (StorageError, OSError)):
+        # The disk failed us (EMFILE, ENOSPC, ...): an error for this topic, not a crashed
+        # connection that the client would retry into the same failure.
+        log.warning("admin request failed in storage: %s", exc)
+        return ec.KAFKA_STORAGE_ERROR
     raise exc
 
 

@@ -145,6 +145,17 @@ async def produce(ctx: RequestContext, body):
                 accepted.append(
                     (logs.get_log(topic.name, pdata.index), pdata.records, batch, answer))
             except PartitionRefused as refused:
+                if refused.error_code in (ec.CORRUPT_MESSAGE, ec.INVALID_RECORD):
+                    # Bad bytes get a log line besides their error code, like every other
+                    # kind of bad input (an operator can tell a broken client from a flaky one).
+                    log.warning(
+                        "produce to %s-%d from %s (%s) refused: %s",
+                        topic.name,
+                        pdata.index,
+                        ctx.client_host,
+                        ctx.client_id,
+                        refused.message,
+                    )
                 _refuse(answer, refused.error_code, refused.message, refused.record_errors)
         results.append({"name": topic.name, "partition_responses": partitions})
     if mode == ProduceMode.EXPECTED_OFFSETS:

@@ -1,0 +1,77 @@
+"""Fixtures for the broker integration tests (helpers live in integration_support.py).
+
+``kip_broker(config={...})`` starts the broker the way a user does, as a subprocess (see
+:class:`integration_support.KipBroker`); every broker a test started is stopped by PID at
+teardown, and a broker that logged a traceback fails the test: a handler bug must not hide
+behind a client's retries.
+"""
+
+from __future__ import annotations
+
+import gc
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration_support import BrokerFactory
+
+#: Safety net only: every wait in the tests has its own, much shorter, timeout.
+TEST_TIMEOUT_S = 60
+
+
+@pytest.fixture
+def kip_broker(tmp_path: Path) -> Iterator[BrokerFactory]:
+    """Factory: ``kip_broker(config={...})`` → a started :class:`KipBroker`."""
+    factory = BrokerFactory(tmp_path)
+    yield factory
+    for broker in factory.brokers:
+        # Shown by pytest only when the test failed: the broker's side of the story.
+        print(broker.stderr_tail(40))
+    factory.close()
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerFactory]:
+    """Like ``kip_broker``, for a broker that a whole module shares."""
+    factory = BrokerFactory(tmp_path_factory.mktemp("module-broker"))
+    yield factory
+    factory.close()
+
+
+@pytest.fixture(autouse=True)
+def _test_time_limit() -> Iterator[None]:
+    """Fail a test that runs past TEST_TIMEOUT_S instead of hanging the suite.
+
+    SIGALRM is delivered to the main thread between bytecodes; the client calls in these tests
+    all return within a second or so, so the alarm cannot be stuck behind one of them.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "setitimer"
+    ):
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"test ran longer than {TEST_TIMEOUT_S} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(autouse=True)
+def _release_clients() -> Iterator[None]:
+    """Destroy the test's librdkafka clients now, not at some later garbage collection.
+
+    A Producer kept alive by a reference cycle (its delivery callback) would otherwise go on
+    reconnecting to a broker that is already stopped, filling stderr with connection errors.
+    """
+    yield
+    gc.collect()
