@@ -217,6 +217,25 @@ class LogManager:
         self._logs[(info.name, partition)] = partition_log
         return partition_log
 
+    def _open_partitions(self, info: TopicInfo, partitions: range) -> None:
+        """Open (create) these partitions, all or none: on a failure the ones opened are
+        closed and removed again and the error is raised as a StorageError."""
+        opened: list[int] = []
+        try:
+            for partition in partitions:
+                self._open_partition(info, partition)
+                opened.append(partition)
+        except Exception as exc:
+            for partition in opened:
+                partition_log = self._logs.pop((info.name, partition), None)
+                if partition_log is not None:
+                    partition_log.close()
+                self._remove_dir(self._partition_dir(info.name, partition))
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(
+                f"cannot create partitions of {info.name}: {exc}") from exc
+
     def _remove_dir(self, directory: Path) -> None:
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         os.replace(directory, doomed)
@@ -266,10 +285,12 @@ class LogManager:
             info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, config)
             if validate_only:
                 return info
+            # Partitions first, the topic's registration last: a failure (EMFILE, ENOSPC) then
+            # leaves nothing half-created, and a crash in between leaves only directories that
+            # belong to no topic, which the next start removes.
+            self._open_partitions(info, range(partitions))
             self._topics[name] = info
             self._write_topics()
-            for partition in range(partitions):
-                self._open_partition(info, partition)
             fsync_dir(self.data_dir)
             log.info("created topic %s (%s) with %d partitions", name, info.topic_id, partitions)
             return info
@@ -286,10 +307,9 @@ class LogManager:
             grown = TopicInfo(name, info.topic_id, total, info.config)
             if validate_only:
                 return grown
+            self._open_partitions(grown, range(info.partitions, total))
             self._topics[name] = grown
             self._write_topics()
-            for partition in range(info.partitions, total):
-                self._open_partition(grown, partition)
             fsync_dir(self.data_dir)
             return grown
 
