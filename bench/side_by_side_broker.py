@@ -33,6 +33,7 @@ import zlib
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from results_file import machine, replace_section
 
 KEY_SIZE, VALUE_SIZE = 12, 100
 PAYLOAD = KEY_SIZE + VALUE_SIZE  # MB/s counts key + value bytes, 1 MB = 1e6 bytes
@@ -385,19 +386,6 @@ def run_once(kind: str, partitions: int, keys, values, checksum: int, tag: str) 
 # -- report --------------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, {platform.system()}"
-
-
 def versions() -> dict:
     import confluent_kafka
 
@@ -473,23 +461,6 @@ def table(results: dict, n: int) -> list[str]:
         f"| {ratio('peak_rss'):.2f}x |"
     )
     return lines
-
-
-def replace_section(path: str, heading: str, section: str) -> None:
-    """Swap one '## ' section of a results file (up to the next '## ' line), keep the rest."""
-    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") == heading), None)
-    if start is None:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = next(
-            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
-        )
-        tail = "".join(lines[end:])
-        text = "".join(lines[:start]) + section + ("\n" + tail if tail else "")
-    with open(path, "w") as f:
-        f.write(text)
 
 
 def main(argv=None) -> int:

@@ -20,6 +20,7 @@ import sys
 import time
 
 import numpy as np
+from results_file import machine, replace_section
 
 KEY_SIZE, VALUE_SIZE, BATCH_BYTES = 12, 100, 16384
 PAYLOAD = KEY_SIZE + VALUE_SIZE
@@ -227,19 +228,6 @@ def versions():
     }
 
 
-def machine():
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{platform.machine()}, {os.cpu_count()} cores, {cpu}, {platform.system()}"
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -297,19 +285,6 @@ def main(argv=None):
     print(section)
     if args.write:
         replace_section(args.write, "## Record core (issue 2)", section)
-
-
-def replace_section(path, heading, section):
-    """Swap one '## ' section of a results file, keeping the others."""
-    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n\n"
-    start = text.find(heading)
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(heading))
-        text = text[:start] + section + (text[end + 1 :] if end >= 0 else "")
-    with open(path, "w") as f:
-        f.write(text)
 
 
 if __name__ == "__main__":

@@ -200,8 +200,7 @@ def main(argv=None) -> None:
     section = "\n".join(lines) + "\n"
     print(section)
     if args.write:
-        sys.path.insert(0, HERE)
-        from side_by_side_core import replace_section
+        from results_file import replace_section
 
         replace_section(args.write, HEADING, section)
 
