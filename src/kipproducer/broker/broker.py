@@ -9,6 +9,7 @@ through the ``Broker`` passed in their context.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from collections.abc import Mapping
@@ -87,21 +88,24 @@ class Broker:
         self._started = False
 
     async def _maintenance_loop(self) -> None:
-        interval = (
-            min(
-                self.config.log_flush_scheduler_interval_ms,
-                self.config.log_retention_check_interval_ms,
-            )
-            / 1000
-        )
+        """flush.ms and compaction every log.flush.scheduler.interval.ms; retention only every
+        log.retention.check.interval.ms, as Kafka schedules them."""
+        config = self.config
+        interval = config.log_flush_scheduler_interval_ms / 1000
+        retention_every = config.log_retention_check_interval_ms / 1000
         loop = asyncio.get_running_loop()
+        last_retention = loop.time()
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(min(interval, retention_every))
             logs = self.logs
             if logs is None:
                 return
+            retention = loop.time() - last_retention >= retention_every
+            if retention:
+                last_retention = loop.time()
             try:
-                report = await loop.run_in_executor(None, logs.run_periodic_tasks)
+                report = await loop.run_in_executor(
+                    None, functools.partial(logs.run_periodic_tasks, retention=retention))
                 for error in report.errors:
                     log.warning("maintenance: %s", error)
             except Exception:

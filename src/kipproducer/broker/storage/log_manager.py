@@ -405,7 +405,9 @@ class LogManager:
 
     # -- periodic tasks -------------------------------------------------------------------------
 
-    def run_periodic_tasks(self, now_ms: int | None = None) -> MaintenanceReport:
+    def run_periodic_tasks(
+        self, now_ms: int | None = None, *, retention: bool = True
+    ) -> MaintenanceReport:
         """Retention, compaction, flush.ms, producer expiry and checkpoints for every partition.
 
         Call it from a timer (Kafka's defaults: every few seconds is plenty). Compaction can
@@ -418,7 +420,8 @@ class LogManager:
         checkpoint = now_ms - self._last_checkpoint_ms >= self.checkpoint_interval_ms
         for key, partition_log in self.logs():
             try:
-                report.segments_deleted += partition_log.apply_retention(now_ms)
+                if retention:
+                    report.segments_deleted += partition_log.apply_retention(now_ms)
                 if partition_log.config.compact and (
                     now_ms - self._last_compaction_ms.get(key, -(2**62))
                     >= self.compaction_backoff_ms
