@@ -14,7 +14,9 @@ librdkafka unchanged). What is added:
 Both bulk calls use librdkafka's ``partitioner`` (default ``consistent_random``), so a key
 lands on the same partition whichever lane sends it. One producer keeps one order per topic:
 before a topic's records switch lanes, the records the other lane still has in flight for that
-topic are delivered first. ``poll()``, ``flush()``, ``len()`` and ``purge()`` cover both lanes.
+topic are delivered first (the first bulk call of a producer first delivers whatever
+``produce()`` queued before it). ``poll()``, ``flush()``, ``len()``, ``purge()``, ``close()``
+and ``with Producer(...)`` cover both lanes.
 
 With ``transactional.id`` set the engine takes no part in transactions yet: both bulk calls
 then go record by record through librdkafka's ``produce()``, inside the transaction.
@@ -23,17 +25,19 @@ then go record by record through librdkafka's ``produce()``, inside the transact
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
-from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig
+from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
 from .engine.partitioner import choose_partitions
 from .records import decode_batches
 
 RDKAFKA, ENGINE = "librdkafka", "engine"
+# confluent-kafka's produce() arguments after (topic, value, key), in positional order.
+_PRODUCE_POSITIONAL = ("partition", "on_delivery", "callback", "timestamp", "headers")
 _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
 
 
@@ -87,13 +91,14 @@ class Producer(confluent_kafka.Producer):
             if name.startswith("kip.") and name not in KIP_PROPERTIES:
                 raise ConfigError(f"unknown kipproducer property {name!r}; known: "
                                   + ", ".join(sorted(KIP_PROPERTIES)))
+        # kip.* values are checked now too, not at the first bulk call.
+        EngineConfig.check_kip_properties(conf)
         super().__init__({k: v for k, v in conf.items() if not k.startswith("kip.")})
         self._conf = conf
         self._engine = None
         self._default_on_delivery = conf.get("on_delivery") or conf.get("delivery.report.cb")
         self._transactional = bool(conf.get("transactional.id"))
-        self._per_record_reports = str(
-            conf.get("kip.delivery.report.per.record", "false")).lower() == "true"
+        self._per_record_reports = _bool(conf.get("kip.delivery.report.per.record", False))
         # topic -> (lane, records of that lane not yet reported), once the engine is in use
         self._lanes: dict[str, list] = {}
 
@@ -103,7 +108,19 @@ class Producer(confluent_kafka.Producer):
         if self._engine is None:
             from .engine.engine import Engine
 
-            self._engine = Engine(EngineConfig.from_properties(self._conf))
+            config = EngineConfig.from_properties(self._conf)
+            if super().__len__():
+                # produce() calls made before the engine existed were not counted per topic
+                # (that costs nothing until a bulk call is made): deliver them all first, so
+                # no bulk record overtakes them.
+                left = super().flush(config.delivery_timeout_ms / 1000 + 5)
+                if left:
+                    raise KafkaException(KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"{left} records produced before the first bulk call were not "
+                        "delivered in time"))
+            self._engine = Engine(config)
+        self._engine.check()
         return self._engine
 
     def _enter_lane(self, topic: str, lane: str, count: int) -> None:
@@ -111,11 +128,16 @@ class Producer(confluent_kafka.Producer):
         state = self._lanes.get(topic)
         if state is not None and state[0] != lane and state[1] > 0:
             deadline = time.monotonic() + self._engine.config.delivery_timeout_ms / 1000 + 5
+            # The other lane sends what it holds now (linger.ms is not waited out).
             while state[1] > 0 and time.monotonic() < deadline:
                 if state[0] == ENGINE:
-                    self._serve_engine(0.05)
+                    self._engine.begin_flush()
+                    try:
+                        self._serve_engine(0.05)
+                    finally:
+                        self._engine.end_flush()
                 else:
-                    super().poll(0.05)
+                    super().flush(0.05)
             if state[1] > 0:
                 raise KafkaException(KafkaError(
                     KafkaError._TIMED_OUT,
@@ -136,11 +158,15 @@ class Producer(confluent_kafka.Producer):
         if not isinstance(partition, int):
             return partition
         try:
-            total = engine.partition_count(topic)
+            # No partition count without metadata: wait for it, but no longer than a record
+            # may wait for its delivery.
+            total = engine.partition_count(
+                topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
         except LookupError as exc:
             code = exc.args[0]
+            detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
             raise KafkaException(KafkaError(code, f"topic {topic!r}: "
-                                            f"{KafkaError(code).name()}")) from None
+                                            f"{KafkaError(code).name()}{detail}")) from None
         return choose_partitions(keys, count, total, engine.config.partitioner)
 
     def produce_batch(self, topic: str, messages: list[dict], partition: int = -1,
@@ -153,7 +179,11 @@ class Producer(confluent_kafka.Producer):
             return self._batch_through_librdkafka(topic, messages, partition, on_delivery)
         engine = self._engine_or_start()
         keys = [m.get("key") for m in messages]
-        chosen = self._partitions_for(topic, keys, len(messages), partition)
+        if all((m.get("partition") if m.get("partition") is not None else -1) >= 0
+               for m in messages):
+            chosen = partition  # every record has its partition: no metadata needed
+        else:
+            chosen = self._partitions_for(topic, keys, len(messages), partition)
         call_target = _ReportTo(on_delivery or self._default_on_delivery, True)
         max_bytes = engine.config.message_max_bytes
         queued = 0
@@ -246,8 +276,16 @@ class Producer(confluent_kafka.Producer):
         if self._engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
         # Both lanes in use: count this record until librdkafka reports it.
-        callback = kwargs.pop("on_delivery", None) or kwargs.pop("callback", None)
-        user = callback or self._default_on_delivery
+        if len(args) > len(_PRODUCE_POSITIONAL):
+            raise TypeError(f"produce() takes at most {3 + len(_PRODUCE_POSITIONAL)} "
+                            "positional arguments")
+        for name, arg in zip(_PRODUCE_POSITIONAL, args, strict=False):
+            if name in kwargs:
+                raise TypeError(f"produce() got multiple values for argument {name!r}")
+            kwargs[name] = arg
+        args = ()
+        on_delivery, callback = kwargs.pop("on_delivery", None), kwargs.pop("callback", None)
+        user = on_delivery or callback or self._default_on_delivery
         self._enter_lane(topic, RDKAFKA, 1)
 
         def delivered(err, msg, _user=user, _topic=topic):
@@ -284,19 +322,30 @@ class Producer(confluent_kafka.Producer):
         values = _as_list(values)
         keys = _as_list(keys) if keys is not None else [None] * len(values)
         n = len(values)
+        per_record = _per_record_headers(headers, n)
         for i in range(n):
             kwargs: dict[str, Any] = {}
             if timestamps is not None:
                 kwargs["timestamp"] = int(timestamps[i])
-            h = _tail_headers(headers, i, n)
+            h = headers[i] if per_record else headers
             if h is not None:
-                kwargs["headers"] = h[0] if isinstance(h, list) and len(h) == n - i else h
+                kwargs["headers"] = h
             part = partition if isinstance(partition, int) else int(partition[i])
             if part >= 0:
                 kwargs["partition"] = part
             if on_delivery is not None:
                 kwargs["on_delivery"] = on_delivery
-            super().produce(topic, values[i], keys[i], **kwargs)
+            deadline = None
+            while True:  # blocks while the queue is full, as the engine lane does
+                try:
+                    super().produce(topic, values[i], keys[i], **kwargs)
+                    break
+                except BufferError:
+                    now = time.monotonic()
+                    deadline = deadline or now + _delivery_timeout_s(self._conf)
+                    if now > deadline:
+                        raise
+                    super().poll(0.01)
         return n
 
     # ---- both lanes ---------------------------------------------------------------------------
@@ -383,11 +432,26 @@ class Producer(confluent_kafka.Producer):
             self._engine.purge()
 
     def close(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self._close_engine()
+        parent = getattr(super(), "close", None)
+        return parent(*args, **kwargs) if parent is not None else None
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        # confluent-kafka's __exit__ flushes librdkafka only: the engine's records must be
+        # delivered (and their callbacks served) too before the producer goes away.
+        self._close_engine()
+        return super().__exit__(*exc_info)
+
+    def _close_engine(self) -> None:
         if self._engine is not None:
             self.flush(30)
             self._engine.close()
-        parent = getattr(super(), "close", None)
-        return parent(*args, **kwargs) if parent is not None else None
+
+    def __del__(self) -> None:
+        # Dropped without close(): let the sender thread finish what it holds and exit.
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.close(timeout=0)
 
 
 def _as_list(column) -> list:
@@ -411,10 +475,23 @@ def _tail(column, start: int):
     return column[start:]
 
 
+def _per_record_headers(headers, total: int) -> bool:
+    """The accumulator's rule: n entries, the first None / a list / a dict: one per record;
+    anything else (a dict, a list of (key, value) pairs) is shared by every record."""
+    return (headers is not None and not isinstance(headers, dict)
+            and hasattr(headers, "__len__") and hasattr(headers, "__getitem__")
+            and len(headers) == total and total > 0
+            and (headers[0] is None or isinstance(headers[0], (list, dict))))
+
+
 def _tail_headers(headers, start: int, total: int):
-    if headers is None or start == 0 or isinstance(headers, dict):
-        return headers
-    if isinstance(headers, Sequence) and len(headers) == total and total and (
-            headers[0] is None or isinstance(headers[0], (list, dict))):
+    if start and _per_record_headers(headers, total):
         return headers[start:]
     return headers
+
+
+def _delivery_timeout_s(conf: dict) -> float:
+    for name in ("delivery.timeout.ms", "message.timeout.ms"):
+        if name in conf:
+            return int(conf[name]) / 1000
+    return 300.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 
 from kipproducer.protocol import build_request
@@ -30,13 +31,16 @@ class TopicMetadata:
 
 class Cluster:
     def __init__(self, bootstrap: list[tuple[str, int]], client_id: str, *,
-                 request_timeout_s: float, connect_timeout_s: float) -> None:
+                 request_timeout_s: float, connect_timeout_s: float,
+                 allow_auto_create_topics: bool = True) -> None:
         self.bootstrap = bootstrap
+        self.allow_auto_create_topics = allow_auto_create_topics
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicMetadata] = {}
+        self.refreshed_at: dict[str, float] = {}  # topic -> monotonic time of its metadata
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
         self._refresh_lock = asyncio.Lock()
@@ -89,11 +93,13 @@ class Cluster:
             version = conn.version_for(METADATA, 12, 1)
             fields = {"topics": [{"name": t} for t in wanted]}
             if version >= 4:
-                fields["allow_auto_topic_creation"] = False
+                fields["allow_auto_topic_creation"] = self.allow_auto_create_topics
             response = await conn.request(METADATA, version, build_request(
                 METADATA, version, **fields))
             self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+            now = time.monotonic()
             for t in response.topics:
+                self.refreshed_at[t.name] = now
                 if t.error_code != ec.NONE:
                     self.topics[t.name] = TopicMetadata(t.name, t.error_code)
                     continue

@@ -83,14 +83,28 @@ class EngineConfig:
     metadata_refresh_ms: int = 300_000      # topic.metadata.refresh.interval.ms
     socket_timeout_ms: int = 60_000         # socket.timeout.ms (connect bound here)
     per_record_reports: bool = False        # kip.delivery.report.per.record
+    # allow.auto.create.topics: librdkafka's producer default is true (the broker must allow
+    # it too), so a topic the librdkafka lane would create is created for the bulk lane too.
+    allow_auto_create_topics: bool = True
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any]) -> EngineConfig:
-        for name in props:
-            if name.startswith("kip.") and name not in KIP_PROPERTIES:
+    def check_kip_properties(cls, props: Mapping[str, Any]) -> None:
+        """ConfigError for an unknown kip.* property or a bad value of a known one."""
+        for name, raw in props.items():
+            if not name.startswith("kip."):
+                continue
+            if name not in KIP_PROPERTIES:
                 raise ConfigError(
                     f"unknown kipproducer property {name!r}; known: "
                     + ", ".join(sorted(KIP_PROPERTIES)))
+            try:
+                _bool(raw)  # every kip.* property is a boolean so far
+            except ValueError as exc:
+                raise ConfigError(f"{name}={raw!r}: {exc}") from None
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, Any]) -> EngineConfig:
+        cls.check_kip_properties(props)
         readers: dict[str, tuple[str, Any]] = {
             "bootstrap.servers": ("bootstrap_servers", _servers),
             "metadata.broker.list": ("bootstrap_servers", _servers),
@@ -120,6 +134,7 @@ class EngineConfig:
             "topic.metadata.refresh.interval.ms": ("metadata_refresh_ms", int),
             "socket.timeout.ms": ("socket_timeout_ms", int),
             "kip.delivery.report.per.record": ("per_record_reports", _bool),
+            "allow.auto.create.topics": ("allow_auto_create_topics", _bool),
         }
         values: dict[str, Any] = {}
         for name, raw in props.items():

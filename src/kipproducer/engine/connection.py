@@ -120,15 +120,20 @@ class BrokerConnection:
             raise BrokerConnectionError(
                 f"not connected to broker {self.node_id}: {self._closed_error}")
         correlation_id = next(self._ids) & 0x7FFFFFFF
+        parts = encode_request_frame_parts(correlation_id, self.client_id, body)
+        # Nothing here may keep the body (a produce body views the batches' bytes) while the
+        # answer is awaited: an exception's traceback would keep it alive with this frame.
+        del body
         future: asyncio.Future | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = (api_key, version, future)
         try:
-            self._writer.writelines(
-                encode_request_frame_parts(correlation_id, self.client_id, body))
+            self._writer.writelines(parts)
+            parts = None
             await self._writer.drain()
         except (OSError, RuntimeError) as exc:
+            parts = None
             self._fail(BrokerConnectionError(f"write to broker {self.node_id} failed: {exc}"))
         if future is None:
             return None

@@ -10,10 +10,15 @@ Per partition (``PartitionSender``) batches go out in order. A retriable failure
 lost, NOT_LEADER..., timeouts) stops that partition: once its in-flight batches have all come
 back, the failed ones are sent again, in their original order and with their original
 sequence numbers, so an idempotent producer's retries are recognised by the broker as
-duplicates when the first attempt did land: no duplicates, no reordering. With idempotence,
-OUT_OF_ORDER_SEQUENCE_NUMBER on a batch behind a failed one is part of that retry; anywhere
-else (and UNKNOWN_PRODUCER_ID) the producer takes a new id from InitProducerId, as Kafka's
-clients do, and re-stamps every batch not yet acknowledged from sequence 0.
+duplicates when the first attempt did land: no duplicates, no reordering. A partition's
+batches in flight all use one connection: a batch never overtakes an earlier one that is
+still out on a lost connection. With idempotence, OUT_OF_ORDER_SEQUENCE_NUMBER on a batch
+behind a failed one is part of that retry; anywhere else (and UNKNOWN_PRODUCER_ID, a batch
+refused for good, a purge) the partition's sequence is broken and the producer takes a new id
+from InitProducerId, as Kafka's clients do, and re-stamps every batch not yet acknowledged
+from sequence 0. Before that, the other partitions' failed batches (a lost connection leaves
+their fate unknown) are retried under the current id until the broker answers for them: a
+re-stamped copy of a batch that did land would be a duplicate no broker can recognise.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from kipproducer.accumulator import ProducerBatch, RecordAccumulator
 from kipproducer.protocol import build_request
@@ -45,7 +50,10 @@ MAX_REQUEST_BYTES = 64 << 20
 # librdkafka's local error codes, as confluent_kafka.KafkaError exposes them.
 MSG_TIMED_OUT = KafkaError._MSG_TIMED_OUT
 PURGE_QUEUE = KafkaError._PURGE_QUEUE
-UNKNOWN_TOPIC_LOCAL = KafkaError._UNKNOWN_TOPIC
+# A topic that does not exist: librdkafka reports its records with the broker's
+# UNKNOWN_TOPIC_OR_PART (once topic.metadata.propagation.max.ms has passed); so does the engine.
+UNKNOWN_TOPIC = ec.UNKNOWN_TOPIC_OR_PARTITION
+UNKNOWN_PARTITION = KafkaError._UNKNOWN_PARTITION
 
 # Errors after which the leader may have moved: refresh metadata before retrying.
 _METADATA_ERRORS = {ec.NOT_LEADER_OR_FOLLOWER, ec.LEADER_NOT_AVAILABLE,
@@ -77,6 +85,7 @@ class PartitionSender:
     in_flight: list = field(default_factory=list)    # sent, no answer yet, in order
     failed: list = field(default_factory=list)       # to resend once in_flight is empty
     retry_at: float = 0.0                            # monotonic seconds
+    conn: Any = None                                 # the connection in_flight went out on
 
 
 class Engine:
@@ -96,6 +105,10 @@ class Engine:
         self._producer_id = -1
         self._need_new_producer_id = config.enable_idempotence
         self._fatal: KafkaError | None = None
+        self.dead = False                     # the sender thread has ended
+        # (topic, partition)s whose sequence the broker will not continue under this producer
+        # id: their batches wait for a new id; the others' retries are resolved first.
+        self._broken: set[tuple[str, int]] = set()
         self._loop = asyncio.new_event_loop()
         self._wake: asyncio.Event | None = None
         self._sender_idle = True
@@ -109,11 +122,23 @@ class Engine:
     def __len__(self) -> int:
         return self._outstanding
 
+    def check(self) -> None:
+        """KafkaException when the engine can take no more records (its sender is gone)."""
+        if self.dead:
+            raise KafkaException(self._fatal or KafkaError(
+                KafkaError._FATAL, "the kipproducer engine is closed", fatal=True))
+
     def wake(self) -> None:
         """Tell the sender there is work (cheap when it is already busy)."""
-        if self._sender_idle and not self._closing:
+        if self._sender_idle and not self._closing and not self.dead:
             self._sender_idle = False
-            self._loop.call_soon_threadsafe(self._set_wake)
+            self._call_soon(self._set_wake)
+
+    def _call_soon(self, fn) -> None:
+        try:
+            self._loop.call_soon_threadsafe(fn)
+        except RuntimeError:  # the loop is closed: the sender thread has ended
+            pass
 
     def _set_wake(self) -> None:
         if self._wake is not None:
@@ -125,17 +150,46 @@ class Engine:
         self.wake()
 
     def call(self, coro, timeout: float | None = None) -> Any:
+        if self.dead:
+            coro.close()
+            self.check()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def partition_count(self, topic: str, timeout: float = 30.0) -> int:
         """Partitions of ``topic`` (metadata fetched if needed); raises on an unknown topic."""
-        return self.call(self._partition_count(topic), timeout)
+        return self.call(self._partition_count(topic, timeout - 1), timeout)
 
-    async def _partition_count(self, topic: str) -> int:
+    async def _partition_count(self, topic: str, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
         meta = self.cluster.topics.get(topic)
-        if meta is None or meta.error_code != ec.NONE:
-            await self.cluster.refresh([topic])
+        age = time.monotonic() - self.cluster.refreshed_at.get(topic, 0.0)
+        if meta is not None and meta.error_code == ec.NONE and (
+                age * 1000 > self.config.metadata_refresh_ms):
+            # topic.metadata.refresh.interval.ms, as librdkafka: partitions may have been
+            # added, and both lanes must pick among the same count.
+            try:
+                await self.cluster.refresh([topic])
+            except (BrokerConnectionError, OSError) as exc:
+                log.info("metadata refresh failed, using what is known: %s", exc)
+            meta = self.cluster.topics.get(topic, meta)
+            if meta.error_code != ec.NONE:
+                meta = None
+        while meta is None or meta.error_code != ec.NONE:
+            try:
+                await self.cluster.refresh([topic])
+            except (BrokerConnectionError, OSError) as exc:
+                # A connection lost mid-request is no answer: ask again, as librdkafka does.
+                if time.monotonic() > deadline:
+                    raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
+                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                continue
             meta = self.cluster.topics.get(topic)
+            code = meta.error_code if meta is not None else ec.UNKNOWN_TOPIC_OR_PARTITION
+            # A topic being auto-created answers LEADER_NOT_AVAILABLE for a moment (Kafka).
+            if code == ec.NONE or not ec.is_retriable(code) or code in (
+                    ec.UNKNOWN_TOPIC_OR_PARTITION,) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(self.config.retry_backoff_ms / 1000)
         if meta is None or meta.error_code != ec.NONE:
             code = meta.error_code if meta is not None else ec.UNKNOWN_TOPIC_OR_PARTITION
             raise LookupError(code)
@@ -158,7 +212,7 @@ class Engine:
     def begin_flush(self) -> None:
         self._flushing += 1
         self._sender_idle = False
-        self._loop.call_soon_threadsafe(self._set_wake)
+        self._call_soon(self._set_wake)
 
     def end_flush(self) -> None:
         self._flushing -= 1
@@ -169,6 +223,10 @@ class Engine:
 
     async def _purge(self) -> int:
         with self.lock:
+            # Drain first: a finished batch has its bytes, so per-record reports can name
+            # every purged record (an unfinished batch has no bytes to decode).
+            for batch in self.acc.drain(int(time.monotonic() * 1000), flush=True):
+                self._sender_for(batch.topic, batch.partition).pending.append(batch)
             never_drained = self.acc.purge()  # already released from the bounds
         drained = []
         for sender in self._partitions.values():
@@ -179,13 +237,20 @@ class Engine:
             self._report(batch, error, -1, release=False)
         for batch in drained:
             self._report(batch, error, -1)
+        if self.config.enable_idempotence and any(b.producer_id >= 0 for b in drained):
+            # Their sequences will never reach the broker: start over with a new producer id
+            # rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER with the next batch.
+            self._broken.update((b.topic, b.partition) for b in drained if b.producer_id >= 0)
+            self._need_new_producer_id = True
         return sum(b.record_count for b in never_drained + drained)
 
     def close(self, timeout: float = 30.0) -> None:
         if self._closing:
             return
         self._closing = True
-        self._loop.call_soon_threadsafe(self._set_wake)
+        if self.dead:
+            return
+        self._call_soon(self._set_wake)
         self._thread.join(timeout)
 
     # ---- sender thread ----------------------------------------------------------------------
@@ -196,13 +261,41 @@ class Engine:
         config = self.config
         self.cluster = Cluster(config.bootstrap_servers, config.client_id,
                                request_timeout_s=config.request_timeout_ms / 1000,
-                               connect_timeout_s=config.socket_timeout_ms / 1000)
+                               connect_timeout_s=config.socket_timeout_ms / 1000,
+                               allow_auto_create_topics=config.allow_auto_create_topics)
         self._ready.set()
         try:
             self._loop.run_until_complete(self._sender())
+        except Exception as exc:  # a bug: fail every record loudly rather than hang
+            log.exception("kipproducer sender thread failed")
+            self._fatal = KafkaError(KafkaError._FATAL, f"kipproducer sender thread failed: "
+                                     f"{exc!r}", fatal=True)
+            tasks = asyncio.all_tasks(self._loop)
+            for task in tasks:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self._fail_everything(self._fatal)
         finally:
-            self._loop.run_until_complete(self.cluster.close())
-            self._loop.close()
+            self.dead = True
+            try:
+                self._loop.run_until_complete(self.cluster.close())
+            finally:
+                self._loop.close()
+
+    def _fail_everything(self, error: KafkaError) -> None:
+        with self.lock:
+            # Drained batches have bytes, for the per-record reports (as in _purge).
+            for batch in self.acc.drain(int(time.monotonic() * 1000), flush=True):
+                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+            never_drained = self.acc.purge()
+        for batch in never_drained:
+            self._report(batch, error, -1, release=False)
+        for sender in self._partitions.values():
+            for batch in [*sender.in_flight, *sender.failed, *sender.pending]:
+                self._report(batch, error, -1)
+            sender.in_flight.clear()
+            sender.failed.clear()
+            sender.pending.clear()
 
     async def _sender(self) -> None:
         assert self._wake is not None
@@ -210,7 +303,8 @@ class Engine:
         while True:
             if self._closing and self._outstanding == 0 and not tasks:
                 return
-            if self._need_new_producer_id and not self._any_in_flight():
+            if (self._need_new_producer_id and not self._any_in_flight()
+                    and not self._unresolved()):
                 await self._init_producer_id()
             now_ms = int(time.monotonic() * 1000)
             with self.lock:
@@ -245,6 +339,13 @@ class Engine:
     def _any_in_flight(self) -> bool:
         return any(s.in_flight for s in self._partitions.values())
 
+    def _unresolved(self) -> bool:
+        """Batches that went out and failed without a verdict (a lost connection, a timeout)
+        on partitions whose sequence still holds: retried under the current producer id
+        before a new one is taken, since they may already be in the log."""
+        return any((s.failed or (s.pending and s.pending[0].attempts > 0))
+                   for key, s in self._partitions.items() if key not in self._broken)
+
     async def _init_producer_id(self) -> None:
         try:
             conn = await self.cluster.any_connection()
@@ -276,18 +377,27 @@ class Engine:
             self.acc.set_producer(response.producer_id, response.producer_epoch)
         self._producer_id = response.producer_id
         self._need_new_producer_id = False
+        self._broken.clear()
         log.info("idempotent producer id %d epoch %d", response.producer_id,
                  response.producer_epoch)
 
     async def _dispatch(self) -> list[asyncio.Task]:
         """Send every partition's next batch whose leader can take a request now."""
-        if self._need_new_producer_id or (self.config.enable_idempotence
-                                          and self._producer_id < 0):
+        if self._fatal is not None or (self.config.enable_idempotence
+                                       and self._producer_id < 0):
+            # Nothing can be sent until there is a producer id (or ever, after a fatal
+            # error); batches waiting for it still time out (delivery.timeout.ms).
+            self._fail_waiting(self._fatal)
             return []
+        # Waiting for a new producer id: only retries of batches whose fate is unknown go
+        # out, under the current id, so the new id never re-sends a batch already written.
+        resolving = self._need_new_producer_id
         now = time.monotonic()
         by_leader: dict[int, list[ProducerBatch]] = {}
         missing: set[str] = set()
-        for sender in self._partitions.values():
+        for key, sender in self._partitions.items():
+            if resolving and key in self._broken:
+                continue
             if sender.failed and not sender.in_flight and now >= sender.retry_at:
                 sender.pending.extendleft(reversed(sender.failed))
                 sender.failed.clear()
@@ -298,6 +408,8 @@ class Engine:
                 sender.pending.popleft()
                 self._report(batch, kafka_error(MSG_TIMED_OUT, "delivery.timeout.ms "
                                                 "expired before the batch was sent"), -1)
+                continue
+            if resolving and batch.attempts == 0:
                 continue
             leader = self.cluster.leader(sender.topic, sender.partition)
             if leader < 0:
@@ -322,14 +434,40 @@ class Engine:
             for batch in batches:
                 if chosen and size + batch.size > MAX_REQUEST_BYTES:
                     break
+                sender = self._sender_for(batch.topic, batch.partition)
+                # Waiting for the connection gave other tasks their turn: an earlier batch of
+                # this partition may have failed meanwhile (it goes first), and batches still
+                # in flight on another (lost) connection must come back before this one may
+                # overtake them; otherwise a later sequence could land first (a broker takes
+                # any first sequence from a producer id it does not know yet).
+                if (sender.failed or not sender.pending or sender.pending[0] is not batch
+                        or (sender.in_flight and sender.conn is not conn)):
+                    continue
                 chosen.append(batch)
                 size += batch.size
-                sender = self._sender_for(batch.topic, batch.partition)
                 sender.pending.popleft()
                 sender.in_flight.append(batch)
+                sender.conn = conn
                 batch.attempts += 1
-            tasks.append(asyncio.create_task(self._produce(conn, chosen)))
+            if chosen:
+                tasks.append(asyncio.create_task(self._produce(conn, chosen)))
         return tasks
+
+    def _fail_waiting(self, error: KafkaError | None) -> None:
+        """Report waiting (not in flight) batches that expired, or all of them with ``error``."""
+        timed_out = kafka_error(MSG_TIMED_OUT, "delivery.timeout.ms expired before the batch "
+                                "was sent")
+        for sender in self._partitions.values():
+            waiting = [*sender.failed, *sender.pending] if not sender.in_flight else [
+                *sender.pending]
+            for batch in waiting:
+                if error is None and not self._expired(batch):
+                    continue
+                if batch in sender.failed:
+                    sender.failed.remove(batch)
+                else:
+                    sender.pending.remove(batch)
+                self._report(batch, error or timed_out, -1)
 
     def _expired(self, batch: ProducerBatch) -> bool:
         age = int(time.monotonic() * 1000) - batch.created_ms
@@ -343,25 +481,30 @@ class Engine:
             return
         for sender in self._partitions.values():
             meta = self.cluster.topics.get(sender.topic)
-            if meta is not None and meta.error_code == ec.UNKNOWN_TOPIC_OR_PARTITION:
-                for batch in list(sender.pending):
-                    self._report(batch, kafka_error(UNKNOWN_TOPIC_LOCAL,
-                                                    f"topic {sender.topic} does not exist"), -1)
-                sender.pending.clear()
+            if meta is None or not sender.pending:
+                continue
+            if meta.error_code == ec.UNKNOWN_TOPIC_OR_PARTITION:
+                error = kafka_error(UNKNOWN_TOPIC, f"topic {sender.topic} does not exist")
+            elif meta.error_code == ec.NONE and sender.partition >= meta.partition_count:
+                # As librdkafka: a partition the topic does not have fails now, not after
+                # delivery.timeout.ms.
+                error = KafkaError(UNKNOWN_PARTITION, f"topic {sender.topic} has "
+                                   f"{meta.partition_count} partitions, not "
+                                   f"{sender.partition + 1}")
+            else:
+                continue
+            for batch in list(sender.pending):
+                self._report(batch, error, -1)
+            sender.pending.clear()
 
     async def _produce(self, conn: BrokerConnection, batches: list[ProducerBatch]) -> None:
         config = self.config
         try:
             version = conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, 3)
-            topics: dict[str, list] = {}
-            for batch in batches:
-                topics.setdefault(batch.topic, []).append(
-                    {"index": batch.partition, "records": batch.data})
-            body = build_request(
-                PRODUCE, version, transactional_id=None, acks=config.acks,
-                timeout=config.request_timeout_ms,
-                topic_data=[{"name": t, "partition_data": parts} for t, parts in topics.items()])
-            response = await conn.request(PRODUCE, version, body,
+            # The body is built in the call (no local keeps it): it holds views of the batches'
+            # bytes, and a lost connection's exception keeps this frame alive in its traceback;
+            # a batch whose bytes are still viewed cannot be re-stamped for a new producer id.
+            response = await conn.request(PRODUCE, version, self._produce_body(batches, version),
                                           expect_response=config.acks != 0)
         except (BrokerConnectionError, OSError) as exc:
             for batch in batches:
@@ -395,6 +538,16 @@ class Engine:
             await self._refresh_metadata(set())
         self._wake_soon()
 
+    def _produce_body(self, batches: list[ProducerBatch], version: int) -> Any:
+        topics: dict[str, list] = {}
+        for batch in batches:
+            topics.setdefault(batch.topic, []).append(
+                {"index": batch.partition, "records": batch.data})
+        return build_request(
+            PRODUCE, version, transactional_id=None, acks=self.config.acks,
+            timeout=self.config.request_timeout_ms,
+            topic_data=[{"name": t, "partition_data": parts} for t, parts in topics.items()])
+
     def _wake_soon(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -407,6 +560,7 @@ class Engine:
             if sender.failed:  # caused by an earlier batch of ours that failed: resend
                 self._retry_or_fail(batch, error, force_retry=True)
             else:  # the broker lost our sequence: new producer id, then resend everything
+                self._broken.add((batch.topic, batch.partition))
                 self._need_new_producer_id = True
                 self._retry_or_fail(batch, error, force_retry=True)
             return
@@ -417,6 +571,7 @@ class Engine:
         if self.config.enable_idempotence:
             # A batch that will never be written leaves a hole in the sequence: start over with
             # a new producer id (Kafka's clients bump the epoch the same way).
+            self._broken.add((batch.topic, batch.partition))
             self._need_new_producer_id = True
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, *,
