@@ -173,14 +173,11 @@ def test_check_expected_offsets_topic_config(client):
     assert client.produce(topic, {0: batch([b"p"], 0)}, mode=EXPECT)[0].error_code == 0
 
 
-def test_racing_conditional_writers_never_interleave(broker):
+def test_racing_conditional_writers_never_interleave(broker, client):
     """Four writers append 3-record batches expecting the log end; a loser retries at the end
     it was told. Every batch must land whole and alone."""
-    from conftest import RawClient
-
-    setup = RawClient(broker.bootstrap_servers)
-    topic = unique_topic(setup)
-    setup.close()
+    RawClient = type(client)
+    topic = unique_topic(client)
     rounds = 25
     errors = []
 

@@ -98,8 +98,11 @@ class KipProcess:
         for key, value in self.config.items():
             args += ["--config", f"{key}={value}"]
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(SRC_DIR), env.get("PYTHONPATH", "")) if p)
+        # The source tree only when it holds built extensions (a developer's in-place build);
+        # otherwise the installed package, as in CI.
+        if any(SRC_DIR.joinpath("kipproducer").glob("_records*.so")):
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(SRC_DIR), env.get("PYTHONPATH", "")) if p)
         env["PYTHONUNBUFFERED"] = "1"
         deadline = time.monotonic() + timeout
         while True:  # the port of a broker killed a moment ago may still be held
