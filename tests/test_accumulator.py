@@ -61,6 +61,48 @@ def test_plain_and_explicit_records_never_share_a_batch():
         (False, 0, 1), (True, 7, 1), (False, 0, 1)]
 
 
+def test_expected_offsets_form_conditional_batches():
+    acc = RecordAccumulator(linger_ms=0)
+    for o in (10, 11, 12):
+        acc.append("t", 0, None, b"v%d" % o, expected_offset=o)
+    acc.append("t", 0, None, b"again", expected_offset=10)  # may go back: new batch
+    acc.append("t", 0, None, b"gap", expected_offset=50)
+    batches = drained(acc)
+    assert [(b.produce_mode, b.base_offset, b.record_count) for b in batches] == [
+        (2, 10, 3), (2, 10, 1), (2, 50, 1)]
+    assert not any(b.offsets_explicit for b in batches)
+    assert [r[2] for r in records_of(batches)] == [10, 11, 12, 10, 50]
+    with pytest.raises(ValueError, match="expected offset must be >= 0"):
+        acc.append("t", 0, None, b"x", expected_offset=-1)
+    with pytest.raises(ValueError, match="not both"):
+        acc.append("t", 0, None, b"x", offset=5, expected_offset=5)
+
+
+def test_three_modes_never_share_a_batch():
+    acc = RecordAccumulator(linger_ms=0)
+    acc.append("t", 0, None, b"a")
+    acc.append("t", 0, None, b"b", offset=7)
+    acc.append("t", 0, None, b"c", expected_offset=8)
+    acc.append("t", 0, None, b"d", offset=8)
+    acc.append("t", 0, None, b"e")
+    assert [(b.produce_mode, b.base_offset) for b in drained(acc)] == [
+        (0, 0), (1, 7), (2, 8), (1, 8), (0, 0)]
+
+
+def test_bulk_expected_offset_numbers_records_from_it():
+    acc = RecordAccumulator(linger_ms=0, batch_num_messages=4)
+    values = [b"v%d" % i for i in range(10)]
+    assert acc.append_arrays("t", 2, values, expected_offset=100) == 10
+    batches = drained(acc)
+    assert [(b.produce_mode, b.base_offset, b.record_count) for b in batches] == [
+        (2, 100, 4), (2, 104, 4), (2, 108, 2)]
+    assert [r[2] for r in records_of(batches)] == list(range(100, 110))
+    with pytest.raises(ValueError, match="not both"):
+        acc.append_arrays("t", 2, values, offsets=np.arange(10), expected_offset=1)
+    with pytest.raises(ValueError, match="one partition"):
+        acc.append_arrays("t", np.zeros(10, np.int32), values, expected_offset=1)
+
+
 def test_batch_size_and_message_count_limits():
     acc = RecordAccumulator(batch_size=1000, batch_num_messages=7, linger_ms=0)
     for _ in range(100):

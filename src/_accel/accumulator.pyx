@@ -48,6 +48,7 @@ cdef extern from "Python.h":
 cdef enum:
     MODE_ASSIGN = 0        # broker assigns offsets; batch baseOffset 0
     MODE_USE_OFFSETS = 1   # explicit source offsets (KIP-391)
+    MODE_EXPECTED = 2      # conditional: baseOffset = where the batch must land (KIP-27)
 
 # Largest record framing before key/value/headers (Kafka's MAX_RECORD_OVERHEAD) plus the
 # worst-case varints of key and value lengths: used to reserve room before writing.
@@ -129,6 +130,8 @@ cdef class ProducerBatch:
     cdef readonly int producer_epoch
     cdef readonly int32_t base_sequence
     cdef readonly bint offsets_explicit
+    # ProduceMode of the request this batch must travel in (0 assign, 1 offsets, 2 expected)
+    cdef readonly int produce_mode
     cdef readonly bint transactional
     cdef readonly int64_t created_ms
     cdef readonly int64_t first_timestamp
@@ -392,8 +395,9 @@ cdef class RecordAccumulator:
         b.records_size = b.buf.size - BATCH_HEADER_SIZE
         b.topic = st.topic
         b.partition = st.partition
-        b.base_offset = st.base_offset if st.mode == MODE_USE_OFFSETS else 0
+        b.base_offset = st.base_offset if st.mode != MODE_ASSIGN else 0
         b.offsets_explicit = st.mode == MODE_USE_OFFSETS
+        b.produce_mode = st.mode
         b.record_count = st.count
         b.created_ms = st.opened_ms
         b.first_timestamp = st.base_ts
@@ -410,7 +414,7 @@ cdef class RecordAccumulator:
         return 0
 
     cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
-                                  int64_t timestamp, bint has_offset, int64_t offset,
+                                  int64_t timestamp, int mode, int64_t offset,
                                   object opaque) noexcept:
         """The common case, with no Python objects: a record with no headers or opaque that
         continues the open batch and fits it. Returns False to send the caller to _append."""
@@ -424,10 +428,7 @@ cdef class RecordAccumulator:
                 return False
         elif last_run_opaque(st.opaque_runs) is not opaque:
             return False
-        if has_offset:
-            if st.mode != MODE_USE_OFFSETS or offset != st.base_offset + st.count:
-                return False
-        elif st.mode != MODE_ASSIGN:
+        if mode != st.mode or (mode != MODE_ASSIGN and offset != st.base_offset + st.count):
             return False
         ts_delta = timestamp - st.base_ts
         body = record_body_size(ts_delta, st.count, key, value, 1)
@@ -442,22 +443,25 @@ cdef class RecordAccumulator:
         if timestamp > st.max_ts:
             st.max_ts = timestamp
         st.count += 1
-        if has_offset:
+        if mode == MODE_USE_OFFSETS:
             st.last_offset = offset
         self.buffered_bytes += wire
         self.buffered_messages += 1
         return True
 
     cdef int _append(self, PartitionState st, Blob *key, Blob *value, object headers,
-                     int64_t timestamp, bint has_offset, int64_t offset, object opaque) except -1:
+                     int64_t timestamp, int mode, int64_t offset, object opaque) except -1:
         """Append one record; returns 1, or 0 when the buffer bounds are reached."""
         cdef Py_ssize_t hsize = 1, hcount = 0, body, wire
-        cdef int mode = MODE_USE_OFFSETS if has_offset else MODE_ASSIGN
+        cdef bint has_offset = mode != MODE_ASSIGN
         cdef unsigned char *p
         cdef int64_t ts_delta
-        if has_offset:
-            if offset < 0:
-                raise ValueError(f"offset must be >= 0, not {offset}")
+        if has_offset and offset < 0:
+            raise ValueError(f"{'expected ' if mode == MODE_EXPECTED else ''}offset must be "
+                             f">= 0, not {offset}")
+        if mode == MODE_USE_OFFSETS:
+            # Source offsets only move forward; an expected offset may go back (a writer
+            # that lost a race retries from the log end it was told).
             if offset <= st.last_offset:
                 raise OffsetOrderError(
                     f"{st.topic}[{st.partition}]: offset {offset} does not follow offset "
@@ -508,19 +512,27 @@ cdef class RecordAccumulator:
         elif last_run_opaque(st.opaque_runs) is not opaque:
             st.opaque_runs.append((st.count, opaque))
         st.count += 1
-        if has_offset:
+        if mode == MODE_USE_OFFSETS:
             st.last_offset = offset
         self.buffered_bytes += wire
         self.buffered_messages += 1
         return 1
 
     def append(self, str topic not None, int32_t partition, key, value, headers=None, timestamp=None,
-               offset=None, opaque=None):
+               offset=None, opaque=None, expected_offset=None):
         """Append one record. Raises QueueFullError (a BufferError) when the bounds are reached."""
         cdef PartitionState st = self._state(topic, partition)
         cdef Blob kb, vb
         cdef int64_t ts = clock_ms(CLOCK_REALTIME) if timestamp is None else timestamp
         cdef int added
+        cdef int mode = MODE_ASSIGN
+        cdef int64_t off = 0
+        if offset is not None:
+            if expected_offset is not None:
+                raise ValueError("give offset (KIP-391) or expected_offset (KIP-27), not both")
+            mode, off = MODE_USE_OFFSETS, offset
+        elif expected_offset is not None:
+            mode, off = MODE_EXPECTED, expected_offset
         if headers is not None:
             headers = header_items(headers)
         blob_from(key, &kb, "key")
@@ -530,14 +542,10 @@ cdef class RecordAccumulator:
             blob_release(&kb)
             raise
         try:
-            if headers is None and self._append_fast(
-                    st, &kb, &vb, ts, offset is not None, 0 if offset is None else offset,
-                    opaque):
+            if headers is None and self._append_fast(st, &kb, &vb, ts, mode, off, opaque):
                 added = 1
-            elif offset is None:
-                added = self._append(st, &kb, &vb, headers, ts, False, 0, opaque)
             else:
-                added = self._append(st, &kb, &vb, headers, ts, True, offset, opaque)
+                added = self._append(st, &kb, &vb, headers, ts, mode, off, opaque)
         finally:
             blob_release(&kb)
             blob_release(&vb)
@@ -548,7 +556,7 @@ cdef class RecordAccumulator:
                 "queue.buffering.max.messages / queue.buffering.max.kbytes")
 
     def append_arrays(self, str topic not None, partition, values, keys=None, timestamps=None,
-                      offsets=None, headers=None, opaque=None):
+                      offsets=None, headers=None, opaque=None, expected_offset=None):
         """Append many records from columns with no per-record Python work; see accumulator.py.
 
         Returns how many records were appended: fewer than given when the buffer bounds were
@@ -561,6 +569,8 @@ cdef class RecordAccumulator:
         cdef const int32_t[::1] part_arr
         cdef bint has_ts = timestamps is not None
         cdef bint has_off = offsets is not None
+        cdef int mode = MODE_USE_OFFSETS if has_off else MODE_ASSIGN
+        cdef int64_t expected_base = 0
         cdef bint per_record_part = False
         cdef bint per_record_headers = False
         cdef int32_t part = 0
@@ -585,9 +595,15 @@ cdef class RecordAccumulator:
                 if ts_arr.shape[0] != n:
                     raise ValueError("timestamps and values must have the same length")
             if has_off:
+                if expected_offset is not None:
+                    raise ValueError(
+                        "give offsets (KIP-391) or expected_offset (KIP-27), not both")
                 off_arr = np.ascontiguousarray(offsets, dtype=np.int64)
                 if off_arr.shape[0] != n:
                     raise ValueError("offsets and values must have the same length")
+            elif expected_offset is not None:
+                mode = MODE_EXPECTED
+                expected_base = expected_offset
             if isinstance(partition, int):
                 part = partition
             else:
@@ -595,6 +611,8 @@ cdef class RecordAccumulator:
                 if part_arr.shape[0] != n:
                     raise ValueError("partition array and values must have the same length")
                 per_record_part = True
+                if mode == MODE_EXPECTED:
+                    raise ValueError("expected_offset needs one partition for the whole call")
             if headers is not None:
                 if isinstance(headers, dict):
                     shared_headers = header_items(headers)
@@ -618,18 +636,18 @@ cdef class RecordAccumulator:
                     kb.ptr = NULL
                     kb.size = -1
                 ts = ts_arr[i] if has_ts else now
-                off = off_arr[i] if has_off else 0
+                off = off_arr[i] if has_off else expected_base + i
                 if per_record_headers:
                     h = header_list[i]
                     h = None if h is None else header_items(h)
                 elif shared_headers is None:
-                    if self._append_fast(st, &kb, &vb, ts, has_off, off, opaque):
+                    if self._append_fast(st, &kb, &vb, ts, mode, off, opaque):
                         appended += 1
                         continue
                     h = None
                 else:
                     h = shared_headers
-                if not self._append(st, &kb, &vb, h, ts, has_off, off, opaque):
+                if not self._append(st, &kb, &vb, h, ts, mode, off, opaque):
                     break
                 appended += 1
         finally:

@@ -17,6 +17,7 @@ class ProducerBatch:
     producer_epoch: int
     base_sequence: int
     offsets_explicit: bool
+    produce_mode: int
     transactional: bool
     created_ms: int
     first_timestamp: int
@@ -89,6 +90,7 @@ class RecordAccumulator:
         timestamp: int | None = None,
         offset: int | None = None,
         opaque: Any = None,
+        expected_offset: int | None = None,
     ) -> None: ...
     def append_arrays(
         self,
@@ -100,6 +102,7 @@ class RecordAccumulator:
         offsets: npt.ArrayLike | None = None,
         headers: Headers | Sequence[Headers | None] | None = None,
         opaque: Any = None,
+        expected_offset: int | None = None,
     ) -> int: ...
     def drain(
         self,

@@ -34,3 +34,72 @@ class QueueFullError(KipError, BufferError):
     A ``BufferError`` like librdkafka's "Local: Queue full", so code that catches BufferError
     around ``produce()`` keeps working.
     """
+
+
+# ---- produce-with-offsets (KIP-391) and conditional publish (KIP-27) ----------------------------
+# confluent_kafka is a dependency of the package and imports none of ours, so importing it here
+# keeps this module free of package imports.
+from confluent_kafka import KafkaError as _KafkaError  # noqa: E402
+from confluent_kafka import KafkaException as _KafkaException  # noqa: E402
+
+#: The wire codes of shared/KIP-WIRE.md §5 (no Kafka release uses them).
+INVALID_PRODUCE_OFFSET = 10391
+OFFSET_MISMATCH = 10027
+
+_KIP_ERROR_NAMES = {INVALID_PRODUCE_OFFSET: "INVALID_PRODUCE_OFFSET",
+                    OFFSET_MISMATCH: "OFFSET_MISMATCH"}
+
+
+class ProduceOffsetKafkaError(_KafkaError):
+    """A ``confluent_kafka.KafkaError`` for a record sent with ``offset=`` or
+    ``expected_offset=``: ``code()`` as usual, plus ``log_end_offset``, the partition's log end
+    offset as the broker reported it with the answer (-1 when there was no answer).
+
+    ``code()`` is INVALID_PRODUCE_OFFSET (10391) when a KIP-391 offset was below the log end,
+    OFFSET_MISMATCH (10027) when a KIP-27 expected offset was not the log end; other codes
+    (authorization, timeouts, ...) carry ``log_end_offset`` when the broker sent it.
+    """
+
+    def __init__(self, code: int, message: str, *, log_end_offset: int = -1,
+                 retriable: bool = False, fatal: bool = False) -> None:
+        super().__init__(code, message, fatal=fatal, retriable=retriable)
+        self.log_end_offset = log_end_offset
+
+    def name(self) -> str:
+        return _KIP_ERROR_NAMES.get(self.code()) or super().name()
+
+    def __repr__(self) -> str:
+        return (f"ProduceOffsetKafkaError(code={self.name()}, val={self.code()}, "
+                f"str={self.str()!r}, log_end_offset={self.log_end_offset})")
+
+    __str__ = __repr__
+
+
+class ProduceOffsetException(KipError, _KafkaException):
+    """Raised by the waiting call :meth:`kipproducer.Producer.append`; ``args[0]`` is the
+    :class:`ProduceOffsetKafkaError`, so ``except KafkaException`` and ``err.code()`` work."""
+
+    def __init__(self, error: _KafkaError) -> None:
+        super().__init__(error)
+        self.error = error
+        self.log_end_offset = getattr(error, "log_end_offset", -1)
+
+
+class InvalidProduceOffsetError(ProduceOffsetException):
+    """KIP-391: an offset was below the partition's log end (``log_end_offset``); nothing of
+    that batch was written."""
+
+
+class OffsetMismatchError(ProduceOffsetException):
+    """KIP-27: the partition's log did not end at the expected offset; it ends at
+    ``log_end_offset``. Nothing in that request was written."""
+
+
+def raise_for(error: _KafkaError) -> None:
+    """Raise the most specific exception for a produce error."""
+    code = error.code()
+    if code == INVALID_PRODUCE_OFFSET:
+        raise InvalidProduceOffsetError(error)
+    if code == OFFSET_MISMATCH:
+        raise OffsetMismatchError(error)
+    raise ProduceOffsetException(error)

@@ -167,6 +167,8 @@ class Producer(confluent_kafka.Producer):
             detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
             raise KafkaException(KafkaError(code, f"topic {topic!r}: "
                                             f"{KafkaError(code).name()}{detail}")) from None
+        if total == 1:
+            return 0  # every partitioner picks the only partition: skip hashing the keys
         return choose_partitions(keys, count, total, engine.config.partitioner)
 
     def produce_batch(self, topic: str, messages: list[dict], partition: int = -1,
@@ -201,9 +203,15 @@ class Producer(confluent_kafka.Producer):
                     continue
                 own = m.get("callback") or m.get("on_delivery")
                 target = call_target if own is None else _ReportTo(own, True)
+                offset, expected = m.get("offset"), m.get("expected_offset")
                 try:
+                    if offset is not None or expected is not None:
+                        self._check_kip_call(offset, expected, m.get("partition", partition))
                     engine.acc.append(topic, part, key, value, m.get("headers"),
-                                      m.get("timestamp") or None, None, target)
+                                      m.get("timestamp") or None, offset, target, expected)
+                except KafkaException as exc:
+                    m["_error"] = exc.args[0]
+                    continue
                 except BufferError as exc:
                     m["_error"] = KafkaError(KafkaError._QUEUE_FULL, str(exc))
                     continue
@@ -217,15 +225,23 @@ class Producer(confluent_kafka.Producer):
 
     def produce_arrays(self, topic: str, values, keys=None, headers=None, timestamps=None,
                        partition: Any = -1, on_delivery: Callable | None = None, *,
-                       per_record: bool | None = None) -> int:
+                       per_record: bool | None = None, offsets=None,
+                       expected_offset: int | None = None) -> int:
         """Append columns of records in one call; returns how many were enqueued (all).
 
         Blocks (serving delivery reports) while the queue bounds are reached. ``on_delivery``
         gets one :class:`BatchDelivery` per Kafka batch, or one ``Message`` per record with
         ``per_record=True`` (or ``kip.delivery.report.per.record=true``).
+
+        ``offsets`` (int64 array, KIP-391): each record is written at its offset, which must
+        be at or above the partition's log end and strictly increase; gaps are kept.
+        ``expected_offset`` (KIP-27): the first record must land at this offset, the others
+        follow it; a batch is appended only if the log ends where it expects. Both need an
+        explicit ``partition``.
         """
         from ._accumulator import key_lengths
 
+        self._check_kip_call(offsets, expected_offset, partition)
         if self._transactional:
             return self._arrays_through_librdkafka(topic, values, keys, headers, timestamps,
                                                    partition, on_delivery)
@@ -254,7 +270,10 @@ class Producer(confluent_kafka.Producer):
                     topic, parts if isinstance(parts, int) else parts[sl],
                     _tail(values, done), keys=_tail(keys, done),
                     timestamps=None if timestamps is None else timestamps[sl],
-                    headers=_tail_headers(headers, done, n), opaque=target)
+                    offsets=None if offsets is None else offsets[sl],
+                    headers=_tail_headers(headers, done, n), opaque=target,
+                    expected_offset=None if expected_offset is None
+                    else expected_offset + done)
             self._lanes[topic][1] += added
             engine.appended(added)
             done += added
@@ -273,6 +292,8 @@ class Producer(confluent_kafka.Producer):
     # ---- the librdkafka lane ------------------------------------------------------------------
 
     def produce(self, topic, value=None, key=None, *args, **kwargs):  # type: ignore[override]
+        if "offset" in kwargs or "expected_offset" in kwargs:
+            return self._produce_kip(topic, value, key, args, kwargs)
         if self._engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
         # Both lanes in use: count this record until librdkafka reports it.
@@ -298,6 +319,94 @@ class Producer(confluent_kafka.Producer):
         except BaseException:
             self._lane_done(topic, RDKAFKA, 1)
             raise
+
+    def _produce_kip(self, topic, value, key, args, kwargs) -> None:
+        """produce(..., offset=N) (KIP-391) or produce(..., expected_offset=N) (KIP-27):
+        through the engine, since librdkafka cannot send a record's offset."""
+        kwargs = dict(zip(_PRODUCE_POSITIONAL, args, strict=False)) | kwargs
+        unknown = set(kwargs) - {*_PRODUCE_POSITIONAL, "offset", "expected_offset"}
+        if unknown:
+            raise TypeError(f"produce() got unexpected keyword arguments {sorted(unknown)}")
+        offset, expected = kwargs.get("offset"), kwargs.get("expected_offset")
+        partition = kwargs.get("partition", -1)
+        self._check_kip_call(offset, expected, partition)
+        engine = self._engine_or_start()
+        user = kwargs.get("on_delivery") or kwargs.get("callback") or self._default_on_delivery
+        self._enter_lane(topic, ENGINE, 0)
+        with engine.lock:
+            engine.acc.append(topic, partition, key, value, kwargs.get("headers"),
+                              kwargs.get("timestamp") or None, offset, _ReportTo(user, True),
+                              expected)
+        self._lanes[topic][1] += 1
+        engine.appended(1)
+
+    def _check_kip_call(self, offset, expected, partition) -> None:
+        """Refuse at the call what the KIP modes cannot do (KIP-WIRE §6, §8)."""
+        if offset is None and expected is None:
+            return
+        if offset is not None and expected is not None:
+            raise ValueError("give offset= (KIP-391) or expected_offset= (KIP-27), not both")
+        what = "offset=" if offset is not None else "expected_offset="
+        if not isinstance(partition, int) or partition < 0:
+            if offset is None or isinstance(partition, int):
+                raise ValueError(f"{what} needs an explicit partition: an offset means "
+                                 "something only in one partition's log")
+        if str(self._conf.get("acks", self._conf.get("request.required.acks", "all"))) == "0":
+            raise ValueError(f"{what} cannot be used with acks=0: the broker's refusal "
+                             "(an offset below the log end, a mismatch) would never be seen")
+        if self._transactional:
+            reason = ("offsets chosen by the producer cannot be transactional (commit "
+                      "markers would take offsets the source owns)" if offset is not None else
+                      "kipproducer's engine does not take part in transactions yet")
+            raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
+                                            f"{what} with transactional.id: {reason}"))
+
+    def append(self, topic: str, values, *, partition: int, keys=None, headers=None,
+               timestamps=None, offsets=None, expected_offset: int | None = None,
+               timeout: float | None = None) -> int:
+        """Write columns of records to one partition and wait for the verdict; returns the
+        offset of the first record.
+
+        The waiting form of ``produce_arrays``: with ``expected_offset=N`` (KIP-27) the
+        records are appended only if the log ends at N, else :class:`OffsetMismatchError`
+        (``log_end_offset`` tells where it ends); with ``offsets=`` (KIP-391)
+        :class:`InvalidProduceOffsetError` when an offset is below the log end. Other
+        failures raise ``KafkaException``. More records than one batch holds are several
+        batches, each checked as it is written (see docs/guarantees.md). Serves other
+        callbacks while it waits, as flush() does. ``timeout`` None: delivery.timeout.ms.
+        """
+        from .errors import raise_for
+
+        if self._transactional:
+            raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "append() sends "
+                                            "through kipproducer's engine, which does not take "
+                                            "part in transactions yet"))
+        outcome: list = []
+
+        def on_delivery(err, report) -> None:
+            outcome.append((err, report))
+
+        count = self.produce_arrays(topic, values, keys=keys, headers=headers,
+                                    timestamps=timestamps, partition=partition,
+                                    on_delivery=on_delivery, offsets=offsets,
+                                    expected_offset=expected_offset, per_record=False)
+        engine = self._engine_or_start()
+        wait = engine.config.delivery_timeout_ms / 1000 + 5 if timeout is None else timeout
+        deadline = time.monotonic() + wait
+        engine.begin_flush()
+        try:
+            while sum(r.count for _, r in outcome) < count:
+                if time.monotonic() > deadline:
+                    raise KafkaException(KafkaError(
+                        KafkaError._TIMED_OUT, f"append to {topic}[{partition}]: no verdict "
+                        f"within {wait:.0f} s; the records may still be written"))
+                self._serve_engine(0.01)
+        finally:
+            engine.end_flush()
+        for err, _report in outcome:  # in delivery order: the first failure is raised
+            if err is not None:
+                raise_for(err) if hasattr(err, "log_end_offset") else _raise(err)
+        return min(report.offset() for _, report in outcome) if outcome else -1
 
     def _batch_through_librdkafka(self, topic, messages, partition, on_delivery) -> int:
         queued = 0
@@ -452,6 +561,10 @@ class Producer(confluent_kafka.Producer):
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close(timeout=0)
+
+
+def _raise(error: KafkaError) -> None:
+    raise KafkaException(error)
 
 
 def _as_list(column) -> list:

@@ -34,8 +34,14 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from kipproducer.accumulator import ProducerBatch, RecordAccumulator
+from kipproducer.errors import ProduceOffsetKafkaError
 from kipproducer.protocol import build_request
 from kipproducer.protocol import error_codes as ec
+from kipproducer.protocol.wire_extensions import (
+    FEATURE_PRODUCE_CONDITIONAL,
+    FEATURE_PRODUCE_OFFSETS,
+    ProduceMode,
+)
 
 from .cluster import Cluster
 from .config import EngineConfig
@@ -45,6 +51,13 @@ log = logging.getLogger("kipproducer.engine")
 
 PRODUCE, INIT_PRODUCER_ID = 0, 22
 PRODUCE_MAX_VERSION = 10
+# ProduceMode rides on a tagged field: flexible Produce versions only (KIP-WIRE §2).
+PRODUCE_MIN_VERSION = {ProduceMode.ASSIGN: 3, ProduceMode.USE_OFFSETS: 9,
+                       ProduceMode.EXPECTED_OFFSETS: 9}
+MODE_FEATURE = {ProduceMode.USE_OFFSETS: FEATURE_PRODUCE_OFFSETS,
+                ProduceMode.EXPECTED_OFFSETS: FEATURE_PRODUCE_CONDITIONAL}
+MODE_CALL = {ProduceMode.USE_OFFSETS: "offset= (KIP-391 produce with offsets)",
+             ProduceMode.EXPECTED_OFFSETS: "expected_offset= (KIP-27 conditional publish)"}
 MAX_REQUEST_BYTES = 64 << 20
 
 # librdkafka's local error codes, as confluent_kafka.KafkaError exposes them.
@@ -61,8 +74,21 @@ _METADATA_ERRORS = {ec.NOT_LEADER_OR_FOLLOWER, ec.LEADER_NOT_AVAILABLE,
                     ec.NETWORK_EXCEPTION}
 
 
-def kafka_error(code: int, message: str | None = None) -> KafkaError:
-    return KafkaError(code, message or ec.error_name(code), retriable=ec.is_retriable(code))
+def kafka_error(code: int, message: str | None = None, *, mode: int = 0,
+                log_end_offset: int | None = None) -> KafkaError:
+    """The error reported for a batch; batches sent with a ProduceMode get the subclass that
+    carries the partition's log end offset."""
+    message = message or ec.error_name(code)
+    if mode == ProduceMode.ASSIGN:
+        return KafkaError(code, message, retriable=ec.is_retriable(code))
+    return ProduceOffsetKafkaError(code, message, retriable=ec.is_retriable(code),
+                                   log_end_offset=-1 if log_end_offset is None
+                                   else log_end_offset)
+
+
+def first_opaque(batch: ProducerBatch) -> Any:
+    runs = batch.opaque_runs
+    return runs[0][1] if runs else None
 
 
 @dataclass
@@ -86,6 +112,10 @@ class PartitionSender:
     failed: list = field(default_factory=list)       # to resend once in_flight is empty
     retry_at: float = 0.0                            # monotonic seconds
     conn: Any = None                                 # the connection in_flight went out on
+    # A conditional (KIP-27) batch failed for good: (its call's opaque, the offset after it,
+    # the error). Later batches of the same call that continue it are not sent: they
+    # expected to follow records that are not in the log.
+    broken_chain: tuple[Any, int, KafkaError] | None = None
 
 
 class Engine:
@@ -428,30 +458,95 @@ class Engine:
                     self._sender_for(batch.topic, batch.partition).retry_at = (
                         time.monotonic() + self.config.retry_backoff_ms / 1000)
                 continue
-            if conn.in_flight >= self.config.max_in_flight:
-                continue
-            chosen, size = [], 0
-            for batch in batches:
-                if chosen and size + batch.size > MAX_REQUEST_BYTES:
+            # Pipelining: up to max.in.flight requests on this connection, each with at most
+            # one batch per partition (Kafka's rule), a partition's batches in order. Budget
+            # counted here: a request registers on the connection only when its task runs.
+            budget = self.config.max_in_flight - conn.in_flight
+            senders = [self._sender_for(b.topic, b.partition) for b in batches]
+            while budget > 0:
+                chosen, mode = self._take_request(conn, senders)
+                if not chosen:
                     break
-                sender = self._sender_for(batch.topic, batch.partition)
-                # Waiting for the connection gave other tasks their turn: an earlier batch of
-                # this partition may have failed meanwhile (it goes first), and batches still
-                # in flight on another (lost) connection must come back before this one may
-                # overtake them; otherwise a later sequence could land first (a broker takes
-                # any first sequence from a producer id it does not know yet).
-                if (sender.failed or not sender.pending or sender.pending[0] is not batch
-                        or (sender.in_flight and sender.conn is not conn)):
-                    continue
-                chosen.append(batch)
-                size += batch.size
-                sender.pending.popleft()
-                sender.in_flight.append(batch)
-                sender.conn = conn
-                batch.attempts += 1
-            if chosen:
-                tasks.append(asyncio.create_task(self._produce(conn, chosen)))
+                tasks.append(asyncio.create_task(self._produce(conn, chosen, mode)))
+                budget -= 1
         return tasks
+
+    def _take_request(self, conn: BrokerConnection,
+                      senders: list[PartitionSender]) -> tuple[list[ProducerBatch], int]:
+        """The next request's batches and ProduceMode: the head batch of each partition that
+        may go now, all of one mode (a request has one mode, KIP-WIRE §2)."""
+        chosen, size, mode = [], 0, None
+        for sender in senders:
+            # Waiting for the connection gave other tasks their turn: an earlier batch of
+            # this partition may have failed meanwhile (it goes first), and batches still
+            # in flight on another (lost) connection must come back before this one may
+            # overtake them; otherwise a later sequence could land first (a broker takes
+            # any first sequence from a producer id it does not know yet).
+            if (sender.failed or not sender.pending
+                    or (sender.in_flight and sender.conn is not conn)):
+                continue
+            batch = sender.pending[0]
+            if self._need_new_producer_id and batch.attempts == 0:
+                continue  # resolving: only retries of batches whose fate is unknown go out
+            batch_mode = batch.produce_mode
+            if self._expired(batch):
+                sender.pending.popleft()
+                self._report(batch, kafka_error(MSG_TIMED_OUT, "delivery.timeout.ms "
+                                                "expired before the batch was sent",
+                                                mode=batch_mode), -1)
+                continue
+            if batch_mode != ProduceMode.ASSIGN and self._refuse_locally(conn, sender, batch):
+                continue
+            if mode is not None and batch_mode != mode:
+                continue
+            if batch_mode == ProduceMode.EXPECTED_OFFSETS and sender.in_flight:
+                # One conditional batch of a partition at a time: the next one expects this
+                # one's records in the log, and must not be checked before its verdict.
+                continue
+            if chosen and size + batch.size > MAX_REQUEST_BYTES:
+                break
+            mode = batch_mode
+            chosen.append(batch)
+            size += batch.size
+            sender.pending.popleft()
+            sender.in_flight.append(batch)
+            sender.conn = conn
+            batch.attempts += 1
+        return chosen, ProduceMode.ASSIGN if mode is None else mode
+
+    def _refuse_locally(self, conn: BrokerConnection, sender: PartitionSender,
+                        batch: ProducerBatch) -> bool:
+        """Fail a KIP batch that must not be sent: the broker lacks the feature (a stock
+        broker would ignore the mode and assign offsets), or it continues a failed
+        conditional batch of the same call. True when the batch was taken off the queue."""
+        mode = batch.produce_mode
+        error = None
+        chain = sender.broken_chain
+        if (mode == ProduceMode.EXPECTED_OFFSETS and chain is not None
+                and batch.base_offset == chain[1] and first_opaque(batch) is chain[0]):
+            cause = chain[2]
+            error = kafka_error(
+                cause.code(), f"not sent: the conditional batch before it in the same call "
+                f"failed ({cause.str()})", mode=mode,
+                log_end_offset=getattr(cause, "log_end_offset", -1))
+        else:
+            feature = MODE_FEATURE[mode]
+            try:
+                conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION[mode])
+                supported = conn.supports_feature(feature)
+            except BrokerConnectionError:
+                supported = False
+            if not supported:
+                error = kafka_error(
+                    KafkaError._UNSUPPORTED_FEATURE,
+                    f"{MODE_CALL[mode]} is unsupported by broker {conn.node_id} "
+                    f"({conn.host}:{conn.port}): it does not advertise the feature "
+                    f"{feature!r}; nothing was sent", mode=mode)
+        if error is None:
+            return False
+        sender.pending.popleft()
+        self._fail_for_good(batch, error)
+        return True
 
     def _fail_waiting(self, error: KafkaError | None) -> None:
         """Report waiting (not in flight) batches that expired, or all of them with ``error``."""
@@ -497,18 +592,21 @@ class Engine:
                 self._report(batch, error, -1)
             sender.pending.clear()
 
-    async def _produce(self, conn: BrokerConnection, batches: list[ProducerBatch]) -> None:
+    async def _produce(self, conn: BrokerConnection, batches: list[ProducerBatch],
+                       mode: int = ProduceMode.ASSIGN) -> None:
         config = self.config
         try:
-            version = conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, 3)
+            version = conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION[mode])
             # The body is built in the call (no local keeps it): it holds views of the batches'
             # bytes, and a lost connection's exception keeps this frame alive in its traceback;
             # a batch whose bytes are still viewed cannot be re-stamped for a new producer id.
-            response = await conn.request(PRODUCE, version, self._produce_body(batches, version),
-                                          expect_response=config.acks != 0)
+            response = await conn.request(
+                PRODUCE, version, self._produce_body(batches, version, mode),
+                expect_response=config.acks != 0)
         except (BrokerConnectionError, OSError) as exc:
             for batch in batches:
-                self._retry_or_fail(batch, kafka_error(ec.NETWORK_EXCEPTION, str(exc)))
+                self._retry_or_fail(batch, kafka_error(ec.NETWORK_EXCEPTION, str(exc),
+                                                       mode=mode))
             self._wake_soon()
             return
         if response is None:  # acks=0: sent is all we will ever know
@@ -522,14 +620,22 @@ class Engine:
             answer = results.get((batch.topic, batch.partition))
             if answer is None:
                 self._retry_or_fail(batch, kafka_error(ec.UNKNOWN_SERVER_ERROR,
-                                                       "no answer for this partition"))
+                                                       "no answer for this partition", mode=mode))
                 continue
             code = answer.error_code
+            if mode != ProduceMode.ASSIGN and code != ec.NONE:
+                log_end = getattr(answer, "log_end_offset", None)
+                self._on_error(batch, kafka_error(
+                    code, getattr(answer, "error_message", None), mode=mode,
+                    log_end_offset=log_end))
+                refresh = refresh or code in _METADATA_ERRORS
+                continue
             if code == ec.NONE:
                 self._complete(batch, None, answer.base_offset,
                                getattr(answer, "log_append_time", -1))
             elif code == ec.DUPLICATE_SEQUENCE_NUMBER:
-                self._complete(batch, None, -1)
+                # Written before; with a ProduceMode its offsets are the batch's own.
+                self._complete(batch, None, batch.base_offset if mode else -1)
             else:
                 refresh = refresh or code in _METADATA_ERRORS
                 message = getattr(answer, "error_message", None)
@@ -538,15 +644,17 @@ class Engine:
             await self._refresh_metadata(set())
         self._wake_soon()
 
-    def _produce_body(self, batches: list[ProducerBatch], version: int) -> Any:
+    def _produce_body(self, batches: list[ProducerBatch], version: int, mode: int) -> Any:
         topics: dict[str, list] = {}
         for batch in batches:
             topics.setdefault(batch.topic, []).append(
                 {"index": batch.partition, "records": batch.data})
+        extension = {"produce_mode": int(mode)} if mode != ProduceMode.ASSIGN else {}
         return build_request(
             PRODUCE, version, transactional_id=None, acks=self.config.acks,
             timeout=self.config.request_timeout_ms,
-            topic_data=[{"name": t, "partition_data": parts} for t, parts in topics.items()])
+            topic_data=[{"name": t, "partition_data": parts} for t, parts in topics.items()],
+            **extension)
 
     def _wake_soon(self) -> None:
         if self._wake is not None:
@@ -555,6 +663,12 @@ class Engine:
     def _on_error(self, batch: ProducerBatch, error: KafkaError) -> None:
         code = error.code()
         sender = self._sender_for(batch.topic, batch.partition)
+        if (code == ec.OPERATION_NOT_ATTEMPTED
+                and batch.produce_mode == ProduceMode.EXPECTED_OFFSETS):
+            # Innocent: another partition of the request had the wrong expected offset and
+            # nothing was appended. Sent again (its own expectation is checked then).
+            self._retry_or_fail(batch, error, force_retry=True)
+            return
         if self.config.enable_idempotence and code in (ec.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                                        ec.UNKNOWN_PRODUCER_ID):
             if sender.failed:  # caused by an earlier batch of ours that failed: resend
@@ -567,8 +681,11 @@ class Engine:
         if ec.is_retriable(code):
             self._retry_or_fail(batch, error)
             return
+        self._fail_for_good(batch, error)
+
+    def _fail_for_good(self, batch: ProducerBatch, error: KafkaError) -> None:
         self._finish(batch, error, -1)
-        if self.config.enable_idempotence:
+        if self.config.enable_idempotence and batch.producer_id >= 0:
             # A batch that will never be written leaves a hole in the sequence: start over with
             # a new producer id (Kafka's clients bump the epoch the same way).
             self._broken.add((batch.topic, batch.partition))
@@ -597,6 +714,10 @@ class Engine:
         self._report(batch, error, base_offset, log_append_time)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
+        if batch.produce_mode == ProduceMode.EXPECTED_OFFSETS:
+            sender = self._sender_for(batch.topic, batch.partition)
+            sender.broken_chain = None if error is None else (
+                first_opaque(batch), batch.base_offset + batch.record_count, error)
         self._complete(batch, error, base_offset)
 
     def _report(self, batch: ProducerBatch, error, base_offset: int,
@@ -604,6 +725,11 @@ class Engine:
         if release:
             with self.lock:
                 self.acc.release(batch)
+        if (error is not None and batch.produce_mode != ProduceMode.ASSIGN
+                and not isinstance(error, ProduceOffsetKafkaError)):
+            # Every error of a KIP batch has log_end_offset (-1: the broker did not say).
+            error = ProduceOffsetKafkaError(error.code(), error.str(), fatal=error.fatal(),
+                                            retriable=error.retriable())
         with self._reports_cv:
             self._reports.append(DeliveryReport(batch, error, base_offset, log_append_time))
             self._reports_cv.notify_all()
