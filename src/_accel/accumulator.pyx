@@ -72,19 +72,21 @@ cdef inline int64_t clock_ms(int which) noexcept nogil:
 # A producer fills and frees batch buffers all day. Handing a freed buffer to the next batch
 # keeps its pages mapped and warm; without the pool the allocator returns large frees to the
 # kernel and every new batch pays page faults on first touch (measured: about 50 ns per
-# 112-byte record, more than the encoding itself). Buffers of one standard capacity only; the
-# pool is bounded, the rest is freed. All callers hold the GIL.
+# 112-byte record, more than the encoding itself), plus the reallocs of growing it again. The
+# pool is bounded by a slot count and a byte total; the rest is freed. All callers hold the GIL.
 cdef enum:
     POOL_SLOTS = 512
+    POOL_MAX_BYTES = 64 << 20
 
 cdef unsigned char *pool_data[POOL_SLOTS]
 cdef Py_ssize_t pool_capacity[POOL_SLOTS]
 cdef int pool_count = 0
+cdef Py_ssize_t pool_bytes = 0
 
 
 cdef inline void pool_take(ByteBuf *b, Py_ssize_t need) noexcept:
     """Give an empty ByteBuf a pooled buffer of at least ``need`` bytes, if there is one."""
-    global pool_count
+    global pool_count, pool_bytes
     if b.data != NULL or pool_count == 0:
         return
     if pool_capacity[pool_count - 1] < need:
@@ -93,15 +95,18 @@ cdef inline void pool_take(ByteBuf *b, Py_ssize_t need) noexcept:
     b.data = pool_data[pool_count]
     b.capacity = pool_capacity[pool_count]
     b.size = 0
+    pool_bytes -= b.capacity
 
 
 cdef inline void pool_give(ByteBuf *b) noexcept:
     """Return a ByteBuf's memory to the pool (or free it when the pool is full)."""
-    global pool_count
-    if b.data != NULL and pool_count < POOL_SLOTS and b.capacity <= (1 << 20):
+    global pool_count, pool_bytes
+    if (b.data != NULL and pool_count < POOL_SLOTS
+            and pool_bytes + b.capacity <= POOL_MAX_BYTES):
         pool_data[pool_count] = b.data
         pool_capacity[pool_count] = b.capacity
         pool_count += 1
+        pool_bytes += b.capacity
         b.data = NULL
         b.size = 0
         b.capacity = 0
@@ -1013,61 +1018,63 @@ cdef inline uint32_t fnv1a_32(const unsigned char *p, Py_ssize_t n) noexcept nog
     return h
 
 
-def key_hashes(keys, str algorithm not None):
-    """uint32 hash of every key of a column ("crc32", "murmur2", "fnv1a"); null keys hash as
-    empty. Callers pick what null/empty keys do (librdkafka: random for the *_random ones)."""
+cdef enum KeyScan:
+    SCAN_LENGTH = -1
+    SCAN_CRC32 = 0
+    SCAN_MURMUR2 = 1
+    SCAN_FNV1A = 2
+
+
+cdef object scan_keys(object keys, int which, object dtype):
+    """One number per key of a column: its length (-1 for null) or its hash (null hashes as
+    empty), into a new numpy array of ``dtype``."""
     cdef Column col
     cdef Blob kb
     cdef Py_ssize_t i, n
-    cdef int which
-    cdef uint32_t[::1] out
-    if algorithm == "crc32":
-        which = 0
-    elif algorithm == "murmur2":
-        which = 1
-    elif algorithm == "fnv1a":
-        which = 2
-    else:
-        raise ValueError(f"unknown key hash {algorithm!r}")
-    if not crc32_table_ready:
-        build_crc32_table()
+    cdef uint32_t[::1] hashes
+    cdef int64_t[::1] lengths
     column_init(&col)
     holders = []
     try:
         n = column_open(&col, keys, holders, "keys")
-        result = np.empty(n, dtype=np.uint32)
-        out = result
+        result = np.empty(n, dtype=dtype)
+        if which == SCAN_LENGTH:
+            lengths = result
+            for i in range(n):
+                column_get(&col, i, &kb)
+                lengths[i] = kb.size
+            return result
+        hashes = result
         for i in range(n):
             column_get(&col, i, &kb)
             if kb.size <= 0:
                 kb.size = 0
                 kb.ptr = <const unsigned char *>b""
-            if which == 0:
-                out[i] = crc32_ieee(kb.ptr, kb.size)
-            elif which == 1:
-                out[i] = murmur2_java(kb.ptr, kb.size)
+            if which == SCAN_CRC32:
+                hashes[i] = crc32_ieee(kb.ptr, kb.size)
+            elif which == SCAN_MURMUR2:
+                hashes[i] = murmur2_java(kb.ptr, kb.size)
             else:
-                out[i] = fnv1a_32(kb.ptr, kb.size)
+                hashes[i] = fnv1a_32(kb.ptr, kb.size)
         return result
     finally:
         column_close(&col)
+
+
+_HASHES = {"crc32": SCAN_CRC32, "murmur2": SCAN_MURMUR2, "fnv1a": SCAN_FNV1A}
+
+
+def key_hashes(keys, str algorithm not None):
+    """uint32 hash of every key of a column ("crc32", "murmur2", "fnv1a"); null keys hash as
+    empty. Callers pick what null/empty keys do (librdkafka: random for the *_random ones)."""
+    which = _HASHES.get(algorithm)
+    if which is None:
+        raise ValueError(f"unknown key hash {algorithm!r}")
+    if not crc32_table_ready:
+        build_crc32_table()
+    return scan_keys(keys, which, np.uint32)
 
 
 def key_lengths(keys):
     """int64 length of every key of a column, -1 for null keys."""
-    cdef Column col
-    cdef Blob kb
-    cdef Py_ssize_t i, n
-    cdef int64_t[::1] out
-    column_init(&col)
-    holders = []
-    try:
-        n = column_open(&col, keys, holders, "keys")
-        result = np.empty(n, dtype=np.int64)
-        out = result
-        for i in range(n):
-            column_get(&col, i, &kb)
-            out[i] = kb.size
-        return result
-    finally:
-        column_close(&col)
+    return scan_keys(keys, SCAN_LENGTH, np.int64)

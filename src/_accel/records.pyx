@@ -575,28 +575,32 @@ def validate_batch(data, *, bint strict=True):
         PyBuffer_Release(&view)
 
 
-def set_base_offset(buf, int64_t base_offset, Py_ssize_t pos=0):
-    """Overwrite the baseOffset of the batch at buf[pos:] in place (outside the CRC)."""
+cdef int patch_header(object buf, Py_ssize_t pos, Py_ssize_t field_pos, int64_t value,
+                      bint wide) except -1:
+    """Overwrite one header field of the batch at buf[pos:] in place: an int64 (wide) or an
+    int32 at ``field_pos``. Only fields outside the CRC'd range may be patched this way."""
     cdef Py_buffer view
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     try:
         if pos < 0 or view.len - pos < BATCH_HEADER_SIZE:
             raise ValueError("no batch header at that position")
-        put_i64(<unsigned char *>view.buf + pos + BASE_OFFSET_POS, base_offset)
+        if wide:
+            put_i64(<unsigned char *>view.buf + pos + field_pos, value)
+        else:
+            put_i32(<unsigned char *>view.buf + pos + field_pos, <int32_t>value)
     finally:
         PyBuffer_Release(&view)
+    return 0
+
+
+def set_base_offset(buf, int64_t base_offset, Py_ssize_t pos=0):
+    """Overwrite the baseOffset of the batch at buf[pos:] in place (outside the CRC)."""
+    patch_header(buf, pos, BASE_OFFSET_POS, base_offset, True)
 
 
 def set_partition_leader_epoch(buf, int32_t epoch, Py_ssize_t pos=0):
     """Overwrite the partitionLeaderEpoch of the batch at buf[pos:] in place (outside the CRC)."""
-    cdef Py_buffer view
-    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
-    try:
-        if pos < 0 or view.len - pos < BATCH_HEADER_SIZE:
-            raise ValueError("no batch header at that position")
-        put_i32(<unsigned char *>view.buf + pos + PARTITION_LEADER_EPOCH_POS, epoch)
-    finally:
-        PyBuffer_Release(&view)
+    patch_header(buf, pos, PARTITION_LEADER_EPOCH_POS, epoch, False)
 
 
 def next_sequence(int32_t sequence, int32_t increment):
