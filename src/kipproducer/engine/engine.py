@@ -91,6 +91,23 @@ def first_opaque(batch: ProducerBatch) -> Any:
     return runs[0][1] if runs else None
 
 
+# A failed conditional call: (its opaque, the offset after the failed batch, the error).
+BrokenChain = tuple[Any, int, KafkaError]
+
+
+def continues(batch: ProducerBatch, chain: BrokenChain) -> bool:
+    """Whether ``batch`` is the next part of the conditional call whose batch failed."""
+    return (batch.produce_mode == ProduceMode.EXPECTED_OFFSETS
+            and batch.base_offset == chain[1] and first_opaque(batch) is chain[0])
+
+
+def continuation_error(chain: BrokenChain) -> KafkaError:
+    cause = chain[2]
+    return kafka_error(cause.code(), f"not sent: the conditional batch before it in the same "
+                       f"call failed ({cause.str()})", mode=ProduceMode.EXPECTED_OFFSETS,
+                       log_end_offset=getattr(cause, "log_end_offset", -1))
+
+
 @dataclass
 class DeliveryReport:
     """One batch's outcome, served to callbacks by poll()."""
@@ -115,7 +132,7 @@ class PartitionSender:
     # A conditional (KIP-27) batch failed for good: (its call's opaque, the offset after it,
     # the error). Later batches of the same call that continue it are not sent: they
     # expected to follow records that are not in the log.
-    broken_chain: tuple[Any, int, KafkaError] | None = None
+    broken_chain: BrokenChain | None = None
 
 
 class Engine:
@@ -521,14 +538,8 @@ class Engine:
         conditional batch of the same call. True when the batch was taken off the queue."""
         mode = batch.produce_mode
         error = None
-        chain = sender.broken_chain
-        if (mode == ProduceMode.EXPECTED_OFFSETS and chain is not None
-                and batch.base_offset == chain[1] and first_opaque(batch) is chain[0]):
-            cause = chain[2]
-            error = kafka_error(
-                cause.code(), f"not sent: the conditional batch before it in the same call "
-                f"failed ({cause.str()})", mode=mode,
-                log_end_offset=getattr(cause, "log_end_offset", -1))
+        if sender.broken_chain is not None and continues(batch, sender.broken_chain):
+            error = continuation_error(sender.broken_chain)
         else:
             feature = MODE_FEATURE[mode]
             try:
@@ -714,11 +725,22 @@ class Engine:
         self._report(batch, error, base_offset, log_append_time)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
-        if batch.produce_mode == ProduceMode.EXPECTED_OFFSETS:
-            sender = self._sender_for(batch.topic, batch.partition)
-            sender.broken_chain = None if error is None else (
-                first_opaque(batch), batch.base_offset + batch.record_count, error)
         self._complete(batch, error, base_offset)
+        if batch.produce_mode != ProduceMode.EXPECTED_OFFSETS:
+            return
+        sender = self._sender_for(batch.topic, batch.partition)
+        if error is None:
+            sender.broken_chain = None
+            return
+        chain = (first_opaque(batch), batch.base_offset + batch.record_count, error)
+        # Continuations already drained fail now (with idempotence one new producer id then
+        # covers them all); later ones when they are drained (_refuse_locally).
+        for waiting in list(sender.pending):
+            if continues(waiting, chain):
+                sender.pending.remove(waiting)
+                self._complete(waiting, continuation_error(chain), -1)
+                chain = (chain[0], waiting.base_offset + waiting.record_count, chain[2])
+        sender.broken_chain = chain
 
     def _report(self, batch: ProducerBatch, error, base_offset: int,
                 log_append_time: int = -1, *, release: bool = True) -> None:
