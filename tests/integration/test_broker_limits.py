@@ -18,13 +18,6 @@ from integration_support import KipBroker, create_topics, unique
 FD_LIMIT = 256  # far fewer than the partitions asked for below
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: after EMFILE while creating a topic's partitions the broker still holds "
-    "descriptors (LogManager now opens partitions before registering the topic and closes "
-    "them on failure, but a descriptor leak remains, likely in PartitionLog's failed open), "
-    "so accept() keeps failing",
-)
 def test_create_topics_beyond_the_descriptor_limit_leaves_the_broker_serving(kip_broker) -> None:
     broker: KipBroker = kip_broker(allow_tracebacks=True)
     kept = unique("kept")

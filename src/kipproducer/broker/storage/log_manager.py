@@ -205,15 +205,19 @@ class LogManager:
             metadata = None
         partition_log = PartitionLog(directory, info.config)
         if metadata is None:
-            write_json_atomically(
-                metadata_path,
-                {
-                    "version": METADATA_VERSION,
-                    "topic": info.name,
-                    "partition": partition,
-                    "topic_id": str(info.topic_id),
-                },
-            )
+            try:
+                write_json_atomically(
+                    metadata_path,
+                    {
+                        "version": METADATA_VERSION,
+                        "topic": info.name,
+                        "partition": partition,
+                        "topic_id": str(info.topic_id),
+                    },
+                )
+            except BaseException:
+                partition_log.close_handles()
+                raise
         self._logs[(info.name, partition)] = partition_log
         return partition_log
 
@@ -226,11 +230,17 @@ class LogManager:
                 self._open_partition(info, partition)
                 opened.append(partition)
         except Exception as exc:
+            # Release every descriptor first (no flush: the files are deleted), so that
+            # removing the directories is possible even when the failure was EMFILE.
             for partition in opened:
                 partition_log = self._logs.pop((info.name, partition), None)
                 if partition_log is not None:
-                    partition_log.close()
-                self._remove_dir(self._partition_dir(info.name, partition))
+                    partition_log.close_handles()
+            failed = partitions[len(opened)] if len(opened) < len(partitions) else None
+            for partition in [*opened, *([failed] if failed is not None else [])]:
+                directory = self._partition_dir(info.name, partition)
+                if directory.exists():
+                    self._remove_dir(directory)
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(

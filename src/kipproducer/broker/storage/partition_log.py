@@ -161,7 +161,12 @@ class PartitionLog:
         self._last_flush_ms = _now_ms()
         self._closed = False
         self.producer_state = ProducerStateManager()
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            # Opening can fail half-way (EMFILE, ENOSPC): release every file opened so far.
+            self.close_handles()
+            raise
 
     # -- properties ----------------------------------------------------------------------------
 
@@ -222,17 +227,11 @@ class PartitionLog:
         recovery_point = state.get("recovery_point", 0)
         bases = self._clean_directory()
         interval = self._config.index_interval_bytes
-        segments = [
-            LogSegment.open_existing(self.directory, base, index_interval_bytes=interval)
-            for base in bases
-        ]
-        try:
-            self._recover_segments(segments, recovery_point)
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
-        self._segments = segments
+        segments = self._segments  # filled as they open, so a failure can close them
+        for base in bases:
+            segments.append(
+                LogSegment.open_existing(self.directory, base, index_interval_bytes=interval))
+        self._recover_segments(segments, recovery_point)
         if not segments:
             self._segments.append(self._create_segment(self._log_start_offset))
         log_end = self._segments[-1].next_offset
