@@ -1,172 +1,428 @@
-"""`kip demo`: kipproducer end to end on an embedded broker, in a few seconds.
+"""`kip demo`: copy a topic between two Kafka brokers with its offsets kept (KIP-391).
 
-0. An EmbeddedBroker (the reference broker, in this process, temporary data dir) takes records
-   from kipproducer.Producer's bulk lane; a stock librdkafka consumer reads them back, CRCs
-   checked, and every payload is compared.
-1. A source partition with offset gaps (as compaction and transaction markers leave them) is
-   accumulated with its offsets kept: every batch holds consecutive offsets only.
-2. Each batch is read back by our decoder and, when installed, by aiokafka's and kafka-python's
-   readers (independent implementations), which must agree on every offset and byte.
-3. The same records go through the per-record and the numpy bulk paths; records/s for each.
+1. Two EmbeddedBrokers (the reference broker, in this process, temporary data dirs) start:
+   a source and a target.
+2. The source topic (3 partitions, ``cleanup.policy=compact``, small segments) is filled with
+   records whose keys repeat: a hot key set that is written over and over, plus one-off keys.
+   Some records are tombstones, most carry a header, all have their own timestamp.
+3. The broker's log cleaner compacts it (superseded records are removed, their offsets become
+   holes), and DeleteRecords moves each partition's log start up: the source's offsets now
+   have real gaps and do not start at 0, as in any long-lived compacted topic.
+4. The copy: a stock librdkafka consumer (confluent_kafka.Consumer) reads the source and
+   ``kipproducer.Producer.produce_arrays(..., offsets=...)`` writes the target, every record at
+   its source offset, with its key, value, headers and timestamp; the target's log start is
+   set to the source's with DeleteRecords. A progress bar runs on stderr meanwhile.
+5. A fresh librdkafka consumer reads both topics; a table compares, per partition, the
+   watermarks, first and last offset, record count, gaps and a CRC-32C over every record's
+   offset, timestamp, key, value and headers.
 
-It will grow into the offset-preserving copy between two embedded brokers once the KIP-391
-extension is on the wire.
+Exit code 0 only if every partition is identical.
 """
 
 from __future__ import annotations
 
-import hashlib
+import struct
+import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .accumulator import RecordAccumulator
-from .records import decode_batches
+from .crc32c import crc32c
+
+TOPIC = "orders"
+PARTITIONS = 3
+VALUE_SIZE = 100
+RECORD_BYTES = 150  # about what one record takes in a batch (key, value, header, overhead)
 
 
-def _source_partition(n: int, seed: int = 42):
+# ---- a small progress bar ----------------------------------------------------------------------
+
+
+class Progress:
+    """A one-line progress bar on a TTY; a line every few seconds otherwise (logs, CI)."""
+
+    def __init__(self, label: str, stream=None, width: int = 28) -> None:
+        self.label = label
+        self.stream = sys.stderr if stream is None else stream
+        self.width = width
+        try:
+            self.tty = self.stream.isatty()
+        except (AttributeError, ValueError):
+            self.tty = False
+        self.interval = 0.1 if self.tty else 2.0
+        self.start = time.perf_counter()
+        self.last = -1e9
+        self.shown = False
+
+    def update(self, fraction: float, read: int, written: int, *, final: bool = False) -> None:
+        now = time.perf_counter()
+        if not final and now - self.last < self.interval:
+            return
+        self.last = now
+        fraction = min(max(fraction, 0.0), 1.0)
+        elapsed = now - self.start
+        rate = written / elapsed if elapsed > 0 else 0.0
+        text = (f"{fraction * 100:5.1f}%  {read:,} read  {written:,} written  "
+                f"{rate:,.0f} records/s")
+        if self.tty:
+            filled = int(round(fraction * self.width))
+            bar = "#" * filled + "-" * (self.width - filled)
+            self.stream.write(f"\r{self.label} [{bar}] {text}\x1b[K")
+            if final:
+                self.stream.write("\n")
+        else:
+            self.stream.write(f"{self.label}: {text}\n")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self, records: int) -> None:
+        self.update(1.0, records, records, final=True)
+
+
+# ---- what a consumer saw of one partition -----------------------------------------------------
+
+
+_RECORD_HEAD = struct.Struct(">qqii")  # offset, timestamp, key length, value length (-1: null)
+_HEADER_HEAD = struct.Struct(">ii")
+
+
+@dataclass
+class PartitionSummary:
+    low: int = -1  # watermarks (log start, log end)
+    high: int = -1
+    first: int = -1
+    last: int = -1
+    records: int = 0
+    gaps: int = 0  # holes between consecutive records
+    crc: int = 0  # CRC-32C over every record in offset order
+    size: int = 0  # key and value bytes
+
+    def add(self, offset: int, timestamp: int, key, value, headers) -> None:
+        if self.records == 0:
+            self.first = offset
+        elif offset != self.last + 1:
+            self.gaps += 1
+        self.last = offset
+        self.records += 1
+        parts = [_RECORD_HEAD.pack(offset, timestamp, -1 if key is None else len(key),
+                                   -1 if value is None else len(value))]
+        if key is not None:
+            parts.append(key)
+            self.size += len(key)
+        if value is not None:
+            parts.append(value)
+            self.size += len(value)
+        for name, data in headers or ():
+            raw = name.encode()
+            parts.append(_HEADER_HEAD.pack(len(raw), -1 if data is None else len(data)))
+            parts.append(raw)
+            if data is not None:
+                parts.append(data)
+        self.crc = crc32c(b"".join(parts), self.crc)
+
+    def row(self) -> tuple:
+        return (self.low, self.high, self.first, self.last, self.records, self.gaps, self.crc)
+
+
+@dataclass
+class TopicSummary:
+    partitions: dict[int, PartitionSummary] = field(default_factory=dict)
+
+
+def _consumer(bootstrap: str, group: str):
+    from confluent_kafka import Consumer
+
+    return Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "check.crcs": True,
+        # librdkafka's default (1000 ms) pauses fetching for a second whenever its queue holds
+        # more than 100k messages; a copy that drains the queue quickly wants it short.
+        "fetch.queue.backoff.ms": 10,
+    })
+
+
+def _admin(broker):
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 4: no notice about admin results left unread when the client goes away.
+    return AdminClient({"bootstrap.servers": broker.bootstrap_servers, "log_level": 4})
+
+
+def _watermarks(consumer, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    from confluent_kafka import TopicPartition
+
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                              cached=False)
+            for p in range(partitions)}
+
+
+def read_topic(bootstrap: str, topic: str, partitions: int, on_messages=None,
+               timeout: float = 120.0) -> TopicSummary:
+    """Read every partition from its log start to its log end with a stock librdkafka
+    consumer; summarize it, and hand each poll's messages to ``on_messages(messages,
+    fraction)``, fraction being how far through the partitions' offsets the reading is."""
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+    consumer = _consumer(bootstrap, f"kip-demo-{topic}-{time.monotonic_ns()}")
+    try:
+        marks = _watermarks(consumer, topic, partitions)
+        summary = TopicSummary({p: PartitionSummary(low, high)
+                                for p, (low, high) in marks.items()})
+        pending = {p for p, (low, high) in marks.items() if high > low}
+        position = {p: low for p, (low, _high) in marks.items()}
+        span = sum(high - low for low, high in marks.values()) or 1
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end "
+                                   f"within {timeout:.0f} s")
+            batch = consumer.consume(10_000, 0.1)
+            records = []
+            for msg in batch:
+                err = msg.error()
+                p = msg.partition()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # At the end: records beyond the end seen at the start count as
+                        # missing, not as a reason to wait.
+                        if max(position[p], msg.offset()) >= marks[p][1]:
+                            pending.discard(p)
+                        continue
+                    raise RuntimeError(f"{topic} [{p}]: {err}")
+                offset = msg.offset()
+                summary.partitions[p].add(offset, msg.timestamp()[1], msg.key(), msg.value(),
+                                          msg.headers())
+                position[p] = offset + 1
+                if offset + 1 >= marks[p][1]:
+                    pending.discard(p)
+                records.append(msg)
+            if on_messages is not None and records:
+                done = sum(position[p] - marks[p][0] for p in position)
+                on_messages(records, done / span)
+        return summary
+    finally:
+        consumer.close()
+
+
+# ---- the source --------------------------------------------------------------------------------
+
+
+def _source_columns(n: int, seed: int = 5):
+    """Keys that repeat (so compaction has work), some tombstones, headers, timestamps.
+
+    The stream alternates bursts of new orders (one-off keys: compaction keeps them) and
+    bursts of updates to a small set of customer keys (each written dozens of times: compaction
+    keeps only the latest), so the compacted log has holes of every size.
+    """
     rng = np.random.default_rng(seed)
-    # Offsets with holes: ~2% of positions skip 1-50 offsets.
-    steps = np.where(rng.random(n) < 0.02, rng.integers(2, 51, n), 1)
-    offsets = np.cumsum(steps) - steps[0]
-    keys = [b"user-%06d" % int(k) for k in rng.integers(0, 50_000, n)]
-    values = [rng.bytes(100) for _ in range(n)]
-    # Recent timestamps: older ones would fall to the broker's time retention (retention.ms).
-    timestamps = int(time.time() * 1000) - 7 * n + np.arange(n, dtype=np.int64) * 7
-    return offsets.astype(np.int64), keys, values, timestamps
+    hot = max(20, n // 100)
+    is_hot = np.zeros(n, dtype=bool)
+    pos = 0
+    while pos < n:
+        length = int(rng.integers(1, 41))
+        is_hot[pos:pos + length] = rng.random() < 0.5
+        pos += length
+    hot_ids = rng.integers(0, hot, n)
+    keys = [b"customer-%06d" % hot_ids[i] if is_hot[i] else b"order-%08d" % i
+            for i in range(n)]
+    blob = rng.bytes(n * VALUE_SIZE)
+    values: list[bytes | None] = [blob[i * VALUE_SIZE:(i + 1) * VALUE_SIZE] for i in range(n)]
+    for i in np.flatnonzero(is_hot & (rng.random(n) < 0.02)):
+        values[i] = None  # a tombstone: compaction keeps it (delete.retention.ms is a day)
+    traces = rng.bytes(n * 8)
+    no_header = rng.random(n) < 0.1
+    headers = [None if no_header[i] else [("trace-id", traces[i * 8:(i + 1) * 8])]
+               for i in range(n)]
+    # Recent timestamps, 1 ms apart: older ones would fall to the broker's time retention.
+    timestamps = int(time.time() * 1000) - n + np.arange(n, dtype=np.int64)
+    return keys, values, headers, timestamps
 
 
-def _independent_readers():
-    readers = []
-    try:
-        from aiokafka.record.default_records import DefaultRecordBatch as Aio
+def _fill_source(source, n: int, segment_bytes: int) -> float:
+    from confluent_kafka.admin import NewTopic
 
-        readers.append(("aiokafka", Aio))
-    except ImportError:
-        pass
-    try:
-        from kafka.record.default_records import DefaultRecordBatch as Kp
-
-        readers.append(("kafka-python", Kp))
-    except ImportError:
-        pass
-    return readers
-
-
-def _broker_round_trip(n: int) -> None:
-    from confluent_kafka import Consumer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    from .broker.embedded import EmbeddedBroker
     from .producer import Producer
 
-    offsets, keys, values, timestamps = _source_partition(n, seed=7)
-    with EmbeddedBroker() as broker:
-        servers = broker.bootstrap_servers
-        admin = AdminClient({"bootstrap.servers": servers})
-        admin.create_topics([NewTopic("demo", 3, 1)])["demo"].result(30)
-        producer = Producer({"bootstrap.servers": servers, "enable.idempotence": True,
-                             "linger.ms": 5})
-        delivered = []
-        t0 = time.perf_counter()
-        producer.produce_arrays("demo", values, keys=keys, timestamps=timestamps,
-                                headers=[("source", b"kip demo")],
-                                on_delivery=lambda err, report: delivered.append((err, report)))
-        left = producer.flush(60)
-        elapsed = time.perf_counter() - t0
-        errors = [err for err, _ in delivered if err is not None]
-        acked = sum(report.count for err, report in delivered if err is None)
-        assert left == 0 and not errors and acked == n, (left, errors[:3], acked)
-        print(f"embedded broker {servers}: produced {n} records with headers and "
-              f"timestamps through the bulk lane (idempotent, acks=all) in {elapsed:.2f} s")
+    admin = _admin(source)
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={
+        "cleanup.policy": "compact", "segment.bytes": str(segment_bytes)})])[TOPIC].result(30)
+    keys, values, headers, timestamps = _source_columns(n)
+    # Small batches: a segment holds whole batches, and the cleaner needs several closed
+    # segments per partition to have something to do.
+    batch_size = max(1024, min(65536, segment_bytes // 4))
+    producer = Producer({"bootstrap.servers": source.bootstrap_servers,
+                         "enable.idempotence": True, "linger.ms": 5, "batch.size": batch_size})
+    failed = []
+    t0 = time.perf_counter()
+    producer.produce_arrays(TOPIC, values, keys=keys, headers=headers, timestamps=timestamps,
+                            on_delivery=lambda err, report: err and failed.append(err))
+    left = producer.flush(60)
+    elapsed = time.perf_counter() - t0
+    producer.close()
+    if left or failed:
+        raise RuntimeError(f"filling the source failed: {left} left, errors {failed[:3]}")
+    return elapsed
 
-        consumer = Consumer({"bootstrap.servers": servers, "group.id": "kip-demo",
-                             "check.crcs": True, "enable.auto.commit": False})
-        consumer.assign([TopicPartition("demo", p, 0) for p in range(3)])
-        expected = {(k, v) for k, v in zip(keys, values, strict=True)}
-        seen = set()
-        deadline = time.monotonic() + 60
-        while len(seen) < n and time.monotonic() < deadline:
-            for msg in consumer.consume(10_000, 1.0):
-                if msg.error() is None:
-                    assert msg.headers() == [("source", b"kip demo")]
-                    seen.add((msg.key(), msg.value()))
-        consumer.close()
-        assert seen == expected, f"consumer saw {len(seen)} of {n} records"
-        print(f"librdkafka consumer (check.crcs=true): all {n} records back, keys, values "
-              "and headers equal")
-        producer.close()
-    print()
+
+def _compact_and_trim(source) -> tuple[int, dict[int, int], float]:
+    """One pass of the broker's log cleaner over each partition, then DeleteRecords."""
+    from confluent_kafka import TopicPartition
+
+    # The broker's maintenance timer runs this same pass, at most every 15 s per partition
+    # (Kafka's log.cleaner.backoff.ms); the demo runs it now instead of waiting.
+    t0 = time.perf_counter()
+    removed = 0
+    logs = source.broker.logs
+    for p in range(PARTITIONS):
+        removed += logs.get_log(TOPIC, p).compact().records_removed
+
+    # Move each log start a little way in, as retention or a DeleteRecords call would.
+    consumer = _consumer(source.bootstrap_servers, "kip-demo-marks")
+    marks = _watermarks(consumer, TOPIC, PARTITIONS)
+    consumer.close()
+    admin = _admin(source)
+    wanted = [TopicPartition(TOPIC, p, low + (high - low) // 40 + p)
+              for p, (low, high) in marks.items()]
+    starts = {}
+    for tp, future in admin.delete_records(wanted).items():
+        starts[tp.partition] = future.result(30).low_watermark
+    return removed, starts, time.perf_counter() - t0
+
+
+# ---- the copy ----------------------------------------------------------------------------------
+
+
+def _copy(source, target) -> tuple[int, float, TopicSummary]:
+    """librdkafka consumer -> kipproducer produce_arrays(offsets=...): offsets kept."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import NewTopic
+
+    from .producer import Producer
+
+    admin = _admin(target)
+    # Same policy; the default segment size keeps everything in the active segment, which the
+    # cleaner never touches, so the target holds exactly what was copied.
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={
+        "cleanup.policy": "compact"})])[TOPIC].result(30)
+    producer = Producer({"bootstrap.servers": target.bootstrap_servers,
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    delivered = [0]
+    failed: list = []
+
+    def on_delivery(err, report) -> None:
+        if err is None:
+            delivered[0] += report.count
+        else:
+            failed.append(err)
+
+    progress = Progress("copy")
+    read = [0]
+
+    def write(messages, fraction: float) -> None:
+        by_partition: dict[int, list] = {}
+        for msg in messages:
+            by_partition.setdefault(msg.partition(), []).append(msg)
+        for p, msgs in by_partition.items():
+            producer.produce_arrays(
+                TOPIC, [m.value() for m in msgs], keys=[m.key() for m in msgs],
+                headers=[m.headers() for m in msgs],
+                timestamps=np.fromiter((m.timestamp()[1] for m in msgs), np.int64, len(msgs)),
+                partition=p, offsets=np.fromiter((m.offset() for m in msgs), np.int64,
+                                                 len(msgs)),
+                on_delivery=on_delivery)
+        producer.poll(0)
+        read[0] += len(messages)
+        # The bar follows what the target acknowledged, not just what was read.
+        progress.update(fraction * delivered[0] / read[0], read[0], delivered[0])
+
+    t0 = time.perf_counter()
+    summary = read_topic(source.bootstrap_servers, TOPIC, PARTITIONS, on_messages=write)
+    deadline = time.monotonic() + 60
+    while (left := producer.flush(0.1)) and time.monotonic() < deadline:
+        progress.update(delivered[0] / max(read[0], 1), read[0], delivered[0])
+    elapsed = time.perf_counter() - t0
+    progress.close(delivered[0])
+    producer.close()
+    copied = sum(s.records for s in summary.partitions.values())
+    if left or failed or delivered[0] != copied:
+        raise RuntimeError(f"copy failed: {left} left, {delivered[0]} of {copied} delivered, "
+                           f"errors {failed[:3]}")
+    # The log start goes along: below it the source has nothing, and neither should the target.
+    wanted = [TopicPartition(TOPIC, p, s.low) for p, s in summary.partitions.items()]
+    for future in admin.delete_records(wanted).values():
+        future.result(30)
+    return copied, elapsed, summary
+
+
+# ---- the report --------------------------------------------------------------------------------
+
+
+def _table(source: TopicSummary, target: TopicSummary) -> tuple[list[str], int]:
+    head = (f"{'partition':>9}  {'broker':<6}  {'watermarks':>17}  {'first':>7}  {'last':>7}  "
+            f"{'records':>7}  {'gaps':>6}  {'crc32c':>8}  identical")
+    lines = [head, "-" * len(head)]
+    same = 0
+    for p in sorted(source.partitions):
+        s, t = source.partitions[p], target.partitions.get(p, PartitionSummary())
+        identical = s.row() == t.row() and s.records > 0
+        same += identical
+        for side, summary in (("source", s), ("target", t)):
+            marks = f"{summary.low:,}..{summary.high:,}"
+            verdict = ("yes" if identical else "NO") if side == "target" else ""
+            label = str(p) if side == "source" else ""
+            lines.append(f"{label:>9}  {side:<6}  {marks:>17}  {summary.first:>7,}  "
+                         f"{summary.last:>7,}  {summary.records:>7,}  {summary.gaps:>6,}  "
+                         f"{summary.crc:08x}  {verdict}".rstrip())
+    return lines, same
 
 
 def run(records: int = 200_000) -> int:
-    _broker_round_trip(50_000)
-    n = 20_000
-    offsets, keys, values, timestamps = _source_partition(n)
-    acc = RecordAccumulator(batch_size=16384, linger_ms=0, producer_id=1000, producer_epoch=0)
-    acc.append_arrays("demo", 0, values, keys=keys, timestamps=timestamps, offsets=offsets)
-    batches = acc.drain(flush=True)
-    gaps = int(np.count_nonzero(np.diff(offsets) > 1))
-    print(f"source: {n} records, offsets {offsets[0]}..{offsets[-1]} with {gaps} gaps")
-    print(f"accumulated into {len(batches)} batches of consecutive offsets "
-          f"(idempotent sequences 0..{batches[-1].last_sequence})")
+    from .broker.embedded import EmbeddedBroker
 
-    digest = hashlib.sha256()
-    seen = []
-    for b in batches:
-        (batch,) = decode_batches(b.data)
-        for r in batch:
-            seen.append(r.offset)
-            digest.update(r.key or b"")
-            digest.update(r.value or b"")
-    assert seen == offsets.tolist(), "offsets changed on the way"
-    expected = hashlib.sha256()
-    for k, v in zip(keys, values, strict=True):
-        expected.update(k)
-        expected.update(v)
-    assert digest.hexdigest() == expected.hexdigest()
-    print(f"kipproducer decoder: all {n} offsets and payloads match "
-          f"(sha256 {digest.hexdigest()[:16]})")
-    for name, reader in _independent_readers():
-        got = []
-        for b in batches:
-            batch = reader(bytes(b.data))
-            assert batch.validate_crc(), f"{name}: CRC rejected"
-            got.extend(r.offset for r in batch)
-        assert got == offsets.tolist(), f"{name} read different offsets"
-        print(f"{name} reader: CRC valid, same {len(got)} offsets")
+    if records < 1000:
+        print("kip demo: --records must be at least 1000", file=sys.stderr)
+        return 2
+    # About 8 segments per partition: the cleaner only compacts closed segments.
+    segment_bytes = max(16 * 1024, records * RECORD_BYTES // PARTITIONS // 8)
+    print("kip demo: copy a compacted topic to another broker with every offset kept "
+          "(KIP-391)\n")
+    t_start = time.perf_counter()
+    with EmbeddedBroker() as source, EmbeddedBroker() as target:
+        print(f"source broker {source.bootstrap_servers}, target broker "
+              f"{target.bootstrap_servers} (embedded, temporary data dirs)", flush=True)
 
+        filled = _fill_source(source, records, segment_bytes)
+        print(f"1. filled  {TOPIC!r} on the source: {records:,} records in {PARTITIONS} "
+              f"partitions (cleanup.policy=compact, segment.bytes={segment_bytes:,}) with "
+              f"kipproducer produce_arrays in {filled:.2f} s", flush=True)
+
+        removed, starts, took = _compact_and_trim(source)
+        moved = ", ".join(f"{starts[p]:,}" for p in sorted(starts))
+        print(f"2. holes   the broker's log cleaner removed {removed:,} superseded records and "
+              f"DeleteRecords moved the log starts to {moved} ({took:.2f} s)", flush=True)
+
+        print("3. copy    librdkafka consumer (source) -> Producer.produce_arrays("
+              "offsets=...) (target), keys, values, headers, timestamps kept", flush=True)
+        copied, elapsed, summary = _copy(source, target)
+        size = sum(s.size for s in summary.partitions.values())
+        print(f"   copied {copied:,} records in {elapsed:.2f} s: {copied / elapsed:,.0f} "
+              f"records/s, {size / elapsed / 1e6:.1f} MB/s of keys and values (acks=all, "
+              "idempotent); the target's log starts set to the source's with DeleteRecords",
+              flush=True)
+
+        print("4. verify  a fresh librdkafka consumer reads both topics to their end\n")
+        src = read_topic(source.bootstrap_servers, TOPIC, PARTITIONS)
+        dst = read_topic(target.bootstrap_servers, TOPIC, PARTITIONS)
+    lines, same = _table(src, dst)
+    print("\n".join(lines))
     print()
-    print(f"speed ({records:,} records, 12-byte keys, 100-byte values, 16 KiB batches):")
-    key_blob = b"".join(b"k%011d" % i for i in range(records))
-    value_blob = bytes(100) * records
-    key_pos = np.arange(0, (records + 1) * 12, 12, dtype=np.int64)
-    value_pos = np.arange(0, (records + 1) * 100, 100, dtype=np.int64)
-    ts = np.full(records, 1_700_000_000_000, dtype=np.int64)
-    key_list = [key_blob[i * 12 : i * 12 + 12] for i in range(records)]
-    value = value_blob[:100]
-
-    def per_record():
-        a = RecordAccumulator(batch_size=16384, linger_ms=0, max_messages=records + 1)
-        append = a.append
-        for k in key_list:
-            append("demo", 0, k, value, None, 1_700_000_000_000)
-        a.drain(flush=True)
-
-    def bulk():
-        a = RecordAccumulator(batch_size=16384, linger_ms=0, max_messages=records + 1)
-        a.append_arrays("demo", 0, (np.frombuffer(value_blob, np.uint8), value_pos),
-                        keys=(np.frombuffer(key_blob, np.uint8), key_pos), timestamps=ts)
-        a.drain(flush=True)
-
-    for label, fn in (("per-record append", per_record), ("numpy bulk append", bulk)):
-        best = min(_timed(fn) for _ in range(3))
-        print(f"  {label:18s} {records / best / 1e6:6.2f} M records/s")
-    print("full side-by-side table: python bench/side_by_side_core.py (see bench/RESULTS.md)")
-    return 0
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    print(f"crc32c covers every record's offset, timestamp, key, value and headers. "
+          f"identical: {'yes' if same == PARTITIONS else 'no'} ({same} of {PARTITIONS} "
+          f"partitions); whole demo {time.perf_counter() - t_start:.1f} s")
+    return 0 if same == PARTITIONS else 1

@@ -1,0 +1,368 @@
+"""Side-by-side: an offset-preserving copy through kipproducer's produce_arrays(offsets=...)
+(KIP-391) against confluent-kafka's plain produce() of the same records, to one `kip broker`.
+
+The records are what a copy of a compacted or transactional topic carries: N records with
+12-byte keys and 100-byte values whose offsets have random gaps (by default 1% of the steps
+between two records skip 1..100 offsets). kipproducer writes each record at its offset, so
+every run of consecutive offsets is its own batch; confluent-kafka cannot choose offsets and
+sends the same keys and values with broker-assigned offsets (what a copy that does not keep
+offsets costs); kipproducer's produce_arrays without offsets runs too, as a reference for
+what the gaps cost on their own. All: acks=all, enable.idempotence=true, linger.ms=5, one
+partition, each run to its own fresh topic on the same broker, one warm-up record to another
+topic first, then timed from the first call to flush() returning with every delivery report
+in. Each run is its own process (CPU = all its threads; peak RSS = its VmHWM); the
+contenders alternate and the median of --repeat runs is reported. After every kip run the
+target is checked: its watermarks must be (first offset, last offset + 1) and a sample of
+offsets (records and holes) is read back with a stock librdkafka consumer.
+
+    PYTHONPATH=src python bench/side_by_side_copy.py [--records N] [--repeat R]
+        [--gap-rate F] [--write bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+KEY_SIZE, VALUE_SIZE = 12, 100
+HEADING = "## Offset-preserving copy (issue 5)"
+KIP = "kip produce_arrays(offsets=)"
+KIP_ASSIGNED = "kip produce_arrays"
+CONFLUENT = "confluent produce()"
+# kip produce_arrays without offsets is a reference: the same engine, broker-assigned offsets,
+# so the table shows what keeping the offsets (and their gaps) costs on its own.
+CONTENDERS = [CONFLUENT, KIP, KIP_ASSIGNED]
+PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                   "queue.buffering.max.messages": 2_000_000,
+                   "queue.buffering.max.kbytes": 2_097_151}
+CHUNK = 100_000
+MAX_GAP = 100
+SEED = 391
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def workload(n: int, gap_rate: float):
+    """The same records in every process: keys, values, and offsets with random gaps."""
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    keys = [b"k%011d" % i for i in range(n)]
+    blob = rng.bytes(n * VALUE_SIZE)
+    values = [blob[i * VALUE_SIZE:(i + 1) * VALUE_SIZE] for i in range(n)]
+    steps = np.where(rng.random(n) < gap_rate, rng.integers(2, MAX_GAP + 2, n), 1)
+    steps[0] = 0
+    offsets = np.cumsum(steps, dtype=np.int64)  # first offset 0: low watermark = first offset
+    return keys, values, offsets
+
+
+def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: float) -> dict:
+    """In a child process: send the n records the way ``name`` does; rate, CPU, RSS."""
+    import numpy as np
+    from confluent_kafka import Producer as CkProducer
+
+    from kipproducer import Producer
+
+    keys, values, offsets = workload(n, gap_rate)
+    config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG}
+    failed = [0]
+    delivered = [0]
+
+    def on_record(err, _msg):
+        if err is None:
+            delivered[0] += 1
+        else:
+            failed[0] += 1
+
+    def on_batch(err, report):
+        if err is None:
+            delivered[0] += report.count
+        else:
+            failed[0] += report.count
+            if failed[0] == report.count:
+                print(f"first failure: {err}", file=sys.stderr)
+
+    producer = CkProducer(config) if name == CONFLUENT else Producer(config)
+    producer.list_topics(topic, timeout=10)
+    # Warm-up, untimed: one record to another topic, so both have their connection, metadata
+    # and producer id before the timer starts (kipproducer's engine starts at its first send).
+    warm = f"{topic}-warm-up"
+    if name == CONFLUENT:
+        producer.produce(warm, b"v", b"k", partition=0)
+    elif name == KIP:
+        producer.produce_arrays(warm, [b"v"], keys=[b"k"], partition=0,
+                                offsets=np.array([7], dtype=np.int64))
+    else:
+        producer.produce_arrays(warm, [b"v"], keys=[b"k"], partition=0)
+    if producer.flush(30):
+        raise RuntimeError(f"{name}: warm-up record not delivered")
+    if name != CONFLUENT:
+        key_col = np.array(keys, dtype=object)
+        value_col = np.array(values, dtype=object)
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    if name == CONFLUENT:
+        produce = producer.produce
+        for i in range(n):
+            while True:
+                try:
+                    produce(topic, values[i], keys[i], partition=0, on_delivery=on_record)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            if i % 10000 == 0:
+                producer.poll(0)
+    else:
+        for start in range(0, n, CHUNK):
+            end = start + CHUNK
+            producer.produce_arrays(topic, value_col[start:end], keys=key_col[start:end],
+                                    partition=0, on_delivery=on_batch,
+                                    offsets=offsets[start:end] if name == KIP else None)
+    left = producer.flush(300)
+    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    if left or failed[0] or delivered[0] != n:
+        raise RuntimeError(f"{name}: left {left}, failed {failed[0]}, delivered {delivered[0]}")
+    return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries the parent's high-water
+    mark over fork + exec into ru_maxrss, so a big parent would inflate every child."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---- the broker --------------------------------------------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
+         "--data-dir", data_dir, "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(), text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"broker did not start: {line!r}")
+    return proc, line.removeprefix("listening on ")
+
+
+def broker_cpu(pid: int) -> float:
+    """utime + stime of the broker process (all threads), seconds; 0 where /proc is missing."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    for name in (topic, f"{topic}-warm-up"):
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+# ---- checking the copy -------------------------------------------------------------------------
+
+
+def verify_copy(bootstrap: str, topic: str, n: int, gap_rate: float, samples: int = 60) -> str:
+    """Watermarks = (first offset, last offset + 1); sampled records and holes read back."""
+    import numpy as np
+    from confluent_kafka import Consumer, TopicPartition
+
+    keys, values, offsets = workload(n, gap_rate)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{topic}",
+                         "enable.auto.commit": False, "check.crcs": True})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10,
+                                                   cached=False)
+        want = (int(offsets[0]), int(offsets[-1]) + 1)
+        if (low, high) != want:
+            raise AssertionError(f"{topic}: watermarks {(low, high)}, want {want}")
+        rng = np.random.default_rng(7)
+        picks = sorted({0, n - 1, *rng.integers(0, n, samples).tolist()})
+        holes = np.flatnonzero(np.diff(offsets) > 1)  # a hole after index i
+        hole_picks = rng.choice(holes, min(len(holes), samples // 3), replace=False) \
+            if len(holes) else []
+        checks = [(int(offsets[i]), i) for i in picks]
+        # Asking for an offset inside a hole gives the record after the hole, as Kafka does.
+        checks += [(int(offsets[i]) + 1, i + 1) for i in hole_picks]
+        for asked, index in checks:
+            consumer.assign([TopicPartition(topic, 0, asked)])
+            deadline = time.monotonic() + 10
+            msg = None
+            while msg is None and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and msg.error() is not None:
+                    raise AssertionError(f"{topic} @ {asked}: {msg.error()}")
+            if msg is None:
+                raise AssertionError(f"{topic} @ {asked}: nothing read back")
+            got = (msg.offset(), msg.key(), msg.value())
+            if got != (int(offsets[index]), keys[index], values[index]):
+                raise AssertionError(f"{topic} @ {asked}: read offset {msg.offset()} key "
+                                     f"{msg.key()!r}, want {int(offsets[index])} "
+                                     f"{keys[index]!r}")
+    finally:
+        consumer.close()
+    return (f"watermarks {low}..{high} = (first, last + 1); {len(checks)} offsets read back "
+            f"({len(hole_picks)} inside holes)")
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+def versions() -> str:
+    import confluent_kafka
+
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        if rev and dirty:
+            rev += " + uncommitted changes in src/"
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return (f"kipproducer git {rev or '?'}, confluent-kafka {confluent_kafka.__version__} "
+            f"(librdkafka {confluent_kafka.libversion()[0]}), python "
+            f"{platform.python_version()}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--gap-rate", type=float, default=0.01,
+                    help="share of the steps between two records that skip offsets "
+                         "(default 0.01)")
+    ap.add_argument("--write", metavar="PATH")
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    ap.add_argument("--topic", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    n = args.records
+    if args.one:
+        print(json.dumps(run_one(args.one, args.bootstrap, n, args.topic, args.gap_rate)))
+        return
+
+    import numpy as np
+
+    _, _, offsets = workload(n, args.gap_rate)
+    gaps = int(np.count_nonzero(np.diff(offsets) > 1))
+    load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    data_dir = tempfile.mkdtemp(prefix="kip-bench-copy-")
+    proc, bootstrap = start_broker(data_dir)
+    results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
+    checked = ""
+    t_run = time.perf_counter()
+    try:
+        for rnd in range(args.repeat):
+            for name in CONTENDERS:  # alternating, so drift hits all alike
+                topic = f"copy-{CONTENDERS.index(name)}-{rnd}"
+                create_topic(bootstrap, topic)
+                cpu0 = broker_cpu(proc.pid)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
+                     "--topic", topic, "--records", str(n), "--gap-rate", str(args.gap_rate)],
+                    capture_output=True, text=True, env=child_env(), timeout=900)
+                if out.returncode != 0:
+                    raise RuntimeError(f"{name} failed:\n{out.stderr[-3000:]}")
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                result["broker_cpu"] = broker_cpu(proc.pid) - cpu0
+                results[name].append(result)
+                line = (f"{name:30s} {n / result['seconds'] / 1e6:6.3f} M rec/s "
+                        f"cpu {result['cpu']:.2f} s broker cpu {result['broker_cpu']:.2f} s "
+                        f"rss {result['rss_mib']:.0f} MiB")
+                if name == KIP:
+                    checked = verify_copy(bootstrap, topic, n, args.gap_rate)
+                    line += f"; checked: {checked}"
+                print(line, file=sys.stderr)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    took = time.perf_counter() - t_run
+    load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
+    rows = []
+    for name in CONTENDERS:
+        runs = results[name]
+        rate = n / statistics.median(r["seconds"] for r in runs)
+        cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
+        bcpu = statistics.median(r["broker_cpu"] for r in runs) * 1e6 / n
+        rss = max(r["rss_mib"] for r in runs)
+        rows.append((name, rate, cpu, bcpu, rss))
+    base = rows[0][1]
+    from results_file import machine
+
+    lines = [
+        HEADING, "",
+        f"Command: `PYTHONPATH=src python bench/side_by_side_copy.py --records {n} --repeat "
+        f"{args.repeat} --gap-rate {args.gap_rate}` (median of {args.repeat} alternating runs, "
+        f"one process per run; whole run {took:.0f} s).",
+        f"Machine: {machine()}; client and `kip broker` share it, on loopback; 1-minute load "
+        f"average {load0:.2f} before and {load1:.2f} after.",
+        f"Versions: {versions()}.",
+        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values (random, the "
+        f"same for all), 1 partition; offsets 0..{int(offsets[-1]):,} with {gaps:,} random "
+        f"gaps of 1..{MAX_GAP} offsets ({args.gap_rate:g} of the steps), so kipproducer sends "
+        f"at least {gaps + 1:,} batches of consecutive offsets. acks=all, "
+        "enable.idempotence=true, linger.ms=5 for all, each run to its own fresh topic on "
+        "the same broker. Each contender first delivers one record to a warm-up topic "
+        "(connection, metadata, producer id), then is timed from the first call to flush() "
+        "returning with every delivery report in; kip calls produce_arrays with numpy object "
+        f"columns, {CHUNK:,} records per call. `kip produce_arrays` without offsets is a "
+        "reference: the same engine with broker-assigned offsets. CPU is the contender's "
+        "process (all threads), broker CPU the broker process's over the run; peak RSS the "
+        "contender's VmHWM.",
+        f"Checked after every kip run: {checked}.",
+        "",
+        "| lane | offsets | records/s | MB/s | CPU s per 1M records | broker CPU s per 1M "
+        "| peak RSS | vs confluent produce() |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, rate, cpu, bcpu, rss in rows:
+        kept = "kept, with gaps (KIP-391)" if name == KIP else "assigned by the broker"
+        lines.append(f"| {name} | {kept} | {rate / 1e6:.2f} M | "
+                     f"{rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f} | {cpu:.2f} | {bcpu:.2f} | "
+                     f"{rss:.0f} MiB | {rate / base:.2f}x |")
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.write:
+        from results_file import replace_section
+
+        replace_section(args.write, HEADING, section)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""`kip demo` end to end: the offset-preserving copy between two embedded brokers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kipproducer
+
+# "        0  source      1,671..66,872    1,712   66,871   35,705   2,342  f334da60"
+ROW = re.compile(
+    r"^\s*(?P<partition>\d+)?\s+(?P<side>source|target)\s+(?P<low>[\d,]+)\.\.(?P<high>[\d,]+)"
+    r"\s+(?P<first>[\d,]+)\s+(?P<last>[\d,]+)\s+(?P<records>[\d,]+)\s+(?P<gaps>[\d,]+)"
+    r"\s+(?P<crc>[0-9a-f]{8})(?:\s+(?P<identical>yes|NO))?\s*$"
+)
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _rows(stdout: str) -> dict[int, dict[str, dict]]:
+    table: dict[int, dict[str, dict]] = {}
+    partition = None
+    for line in stdout.splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+        if m["partition"] is not None:
+            partition = int(m["partition"])
+        assert partition is not None, line
+        row = {k: _number(m[k]) for k in ("low", "high", "first", "last", "records", "gaps")}
+        row["crc"] = m["crc"]
+        row["identical"] = m["identical"]
+        table.setdefault(partition, {})[m["side"]] = row
+    return table
+
+
+def _run_demo(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    # The subprocess runs the very package these tests import (src/ or site-packages).
+    home = str(Path(kipproducer.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "kipproducer", "demo", *args],
+                          capture_output=True, text=True, env=env, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def demo_run() -> subprocess.CompletedProcess:
+    return _run_demo("--records", "20000")
+
+
+def test_demo_copies_every_partition_identically(demo_run):
+    out = demo_run.stdout
+    assert demo_run.returncode == 0, out + demo_run.stderr[-3000:]
+    table = _rows(out)
+    assert sorted(table) == [0, 1, 2], out
+    for partition, sides in table.items():
+        source, target = sides["source"], sides["target"]
+        assert target["identical"] == "yes", (partition, out)
+        for column in ("low", "high", "first", "last", "records", "gaps", "crc"):
+            assert source[column] == target[column], (partition, column, out)
+        # The watermarks are (first offset, last offset + 1) or wider, never narrower.
+        assert source["low"] <= source["first"] <= source["last"] < source["high"]
+        assert source["high"] == source["last"] + 1
+    assert re.search(r"identical: yes \(3 of 3 partitions\)", out), out
+
+
+def test_demo_source_really_has_gaps(demo_run):
+    out = demo_run.stdout
+    table = _rows(out)
+    for partition, sides in table.items():
+        source = sides["source"]
+        # Compaction left holes between records ...
+        assert source["gaps"] > 0, (partition, out)
+        assert source["records"] < source["last"] - source["first"] + 1, (partition, out)
+        # ... and DeleteRecords moved the log start: offsets do not begin at 0.
+        assert source["low"] > 0, (partition, out)
+    removed = re.search(r"log cleaner removed ([\d,]+) superseded records", out)
+    assert removed and _number(removed[1]) > 0, out
+    copied = re.search(r"copied ([\d,]+) records in [\d.]+ s: ([\d,]+) records/s", out)
+    assert copied, out
+    assert _number(copied[1]) == sum(s["source"]["records"] for s in table.values())
+
+
+def test_demo_progress_goes_to_stderr(demo_run):
+    # Not a TTY here: periodic plain lines, ending at 100%.
+    lines = [line for line in demo_run.stderr.splitlines() if line.startswith("copy:")]
+    assert lines and "100.0%" in lines[-1], demo_run.stderr[-3000:]
+    assert "\r" not in demo_run.stderr
+
+
+def test_demo_table_reports_a_difference():
+    from kipproducer.demo import PartitionSummary, TopicSummary, _table
+
+    def summary(value: bytes) -> TopicSummary:
+        topic = TopicSummary()
+        for p in range(3):
+            s = PartitionSummary(low=5, high=13)
+            for offset in (5, 6, 9, 12):
+                s.add(offset, 1_700_000_000_000 + offset, b"k%d" % offset,
+                      value if (p, offset) == (1, 9) else b"v", [("h", b"1")])
+            topic.partitions[p] = s
+        return topic
+
+    lines, same = _table(summary(b"v"), summary(b"changed"))
+    assert same == 2
+    verdicts = [line.split()[-1] for line in lines if " target " in line]
+    assert verdicts == ["yes", "NO", "yes"]
+    source_row = next(line for line in lines if line.lstrip().startswith("0 "))
+    assert " 2 " in source_row  # two gaps: 6 -> 9 and 9 -> 12
