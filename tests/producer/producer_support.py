@@ -294,6 +294,19 @@ class TcpProxy:
         self.cuts += 1
         return future.result(10)
 
+    def stall(self) -> int:
+        """Stop forwarding the broker's answers on every open connection (requests still
+        go through; the connections stay open): a broker that stopped answering. New
+        connections are not affected. Returns how many were stalled."""
+
+        def pause_all() -> int:
+            pairs = list(self._pairs)
+            for _client, upstream in pairs:
+                upstream.pause_reading()
+            return len(pairs)
+
+        return asyncio.run_coroutine_threadsafe(_call(pause_all), self._loop).result(10)
+
     @property
     def open_connections(self) -> int:
         return len(self._pairs)

@@ -183,6 +183,35 @@ def test_connection_cuts_lose_and_duplicate_nothing(kip_process, tcp_proxy, ling
     p.close()
 
 
+@pytest.mark.time_limit(60)
+def test_unanswered_requests_time_out_and_are_resent(kip_process, tcp_proxy):
+    """A broker that stops answering on a connection: after request.timeout.ms the engine
+    closes it and resends on a new one; the idempotent retries land once."""
+    broker, proxy = _proxied_broker(kip_process, tcp_proxy)
+    topic = create_topic(broker.bootstrap, unique("stalled"), PARTITIONS)
+    p = _producer(f"127.0.0.1:{proxy.port}", **{"request.timeout.ms": 1500})
+    stream = Stream(p, topic)
+    stream.run(n=20_000)
+    assert p.flush(30) == 0
+    accepted = proxy.accepted
+    assert proxy.stall() >= 1
+    started = time.monotonic()
+    stream.run(n=20_000)  # the same records again: 40,000 in all, 20,000 per value
+    assert p.flush(30) == 0
+    waited = time.monotonic() - started
+    assert not stream.errors, stream.errors[:5]
+    assert stream.delivered == 40_000
+    assert waited >= 1.0, "the stalled connection was not waited for"
+    assert proxy.accepted > accepted, "no new connection after the timeout"
+    records = read_confluent(broker.bootstrap, topic, PARTITIONS, expected=40_000, timeout=30)
+    counts: dict[int, int] = {}
+    for r in records:
+        seq = int(r.value[:9])
+        counts[seq] = counts.get(seq, 0) + 1
+    assert len(records) == 40_000 and set(counts.values()) == {2}
+    p.close()
+
+
 @pytest.mark.time_limit(100)
 def test_refused_batches_during_cuts(kip_process, tcp_proxy):
     """A batch the broker refuses for good (MESSAGE_TOO_LARGE, on another topic) makes an

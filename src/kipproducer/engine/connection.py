@@ -137,16 +137,24 @@ class BrokerConnection:
             self._fail(BrokerConnectionError(f"write to broker {self.node_id} failed: {exc}"))
         if future is None:
             return None
+        # One timer per request rather than asyncio.wait_for (which wraps the wait in more
+        # futures and callbacks): this is the per-request cost of every Produce.
+        timeout = timeout_s or self.request_timeout_s
+        timer = asyncio.get_running_loop().call_later(
+            timeout, self._answer_overdue, correlation_id, api_key, version, timeout)
         try:
-            return await asyncio.wait_for(
-                asyncio.shield(future), timeout_s or self.request_timeout_s)
-        except TimeoutError:
+            return await future
+        finally:
+            timer.cancel()
+
+    def _answer_overdue(self, correlation_id: int, api_key: int, version: int,
+                        timeout: float) -> None:
+        if correlation_id in self._pending:
             # Responses come in order: a missing one poisons the connection for everything
-            # behind it, so close it, as Kafka's clients do.
+            # behind it, so close it, as Kafka's clients do (every waiter gets the error).
             self._fail(BrokerConnectionError(
                 f"broker {self.node_id} did not answer api {api_key} v{version} within "
-                f"{timeout_s or self.request_timeout_s:.0f} s (request.timeout.ms)"))
-            raise self._closed_error from None  # type: ignore[misc]
+                f"{timeout:.0f} s (request.timeout.ms)"))
 
     async def _read_loop(self) -> None:
         assert self._reader is not None

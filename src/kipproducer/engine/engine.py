@@ -348,6 +348,9 @@ class Engine:
         assert self._wake is not None
         tasks: set[asyncio.Task] = set()
         while True:
+            # Cleared before this round's work, not just before the wait: a wake set while
+            # this round awaits (close(), a task's _wake_soon()) must not be lost.
+            self._wake.clear()
             if self._closing and self._outstanding == 0 and not tasks:
                 return
             if (self._need_new_producer_id and not self._any_in_flight()
@@ -369,7 +372,6 @@ class Engine:
                 self._sender_idle = not waiting
             else:
                 timeout = max(delay, 1) / 1000
-            self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
