@@ -4,7 +4,6 @@ Requests are built with the shared protocol layer exactly as KIP-WIRE.md specifi
 tag 10000, LogEndOffset tag 10000, errors 10391 / 10027); stock clients read the result.
 """
 
-import threading
 import time
 import uuid
 
@@ -171,47 +170,6 @@ def test_check_expected_offsets_topic_config(client):
     with_offsets = client.produce(topic, {0: batch([b"p"], 0)}, mode=USE)[0]
     assert with_offsets.error_code == ec.POLICY_VIOLATION
     assert client.produce(topic, {0: batch([b"p"], 0)}, mode=EXPECT)[0].error_code == 0
-
-
-def test_racing_conditional_writers_never_interleave(broker, client):
-    """Four writers append 3-record batches expecting the log end; a loser retries at the end
-    it was told. Every batch must land whole and alone."""
-    RawClient = type(client)
-    topic = unique_topic(client)
-    rounds = 25
-    errors = []
-
-    def writer(wid: int) -> None:
-        c = RawClient(broker.bootstrap_servers)
-        expected, written = 0, 0
-        try:
-            while written < rounds:
-                vals = [b"w%d-r%d-%d" % (wid, written, i) for i in range(3)]
-                answer = c.produce(topic, {0: batch(vals, expected)}, mode=EXPECT)[0]
-                if answer.error_code == ec.NONE:
-                    written += 1
-                    expected = answer.log_end_offset
-                elif answer.error_code == ec.OFFSET_MISMATCH:
-                    expected = answer.log_end_offset
-                else:
-                    raise AssertionError(f"writer {wid}: error {answer.error_code}")
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-        finally:
-            c.close()
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not errors
-    log = stock_read(broker.bootstrap_servers, topic, expect=4 * rounds * 3, timeout=60)
-    assert [o for o, _ in log] == list(range(4 * rounds * 3))
-    for start in range(0, len(log), 3):
-        group = [v.rsplit(b"-", 1) for _, v in log[start:start + 3]]
-        assert len({g[0] for g in group}) == 1, log[start:start + 3]  # one writer, one round
-        assert [g[1] for g in group] == [b"0", b"1", b"2"]
 
 
 def test_plain_produce_unchanged_by_extensions(client):

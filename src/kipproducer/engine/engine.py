@@ -108,6 +108,44 @@ def continuation_error(chain: BrokenChain) -> KafkaError:
                        log_end_offset=getattr(cause, "log_end_offset", -1))
 
 
+class Wakeup:
+    """The sender loop's alarm clock: ``wait(timeout)`` returns when ``set()`` is called or
+    the timeout passes. An asyncio.Event under wait_for costs a task's worth of futures and
+    callbacks per wait, and the loop waits once per round."""
+
+    __slots__ = ("_loop", "_flag", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._flag = False
+        self._waiter: asyncio.Future | None = None
+
+    def set(self) -> None:
+        self._flag = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    async def wait(self, timeout: float) -> None:
+        if self._flag:
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_later(timeout, _wake_up, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _wake_up(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass
 class DeliveryReport:
     """One batch's outcome, served to callbacks by poll()."""
@@ -157,7 +195,7 @@ class Engine:
         # id: their batches wait for a new id; the others' retries are resolved first.
         self._broken: set[tuple[str, int]] = set()
         self._loop = asyncio.new_event_loop()
-        self._wake: asyncio.Event | None = None
+        self._wake: Wakeup | None = None
         self._sender_idle = True
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kip-sender", daemon=True)
@@ -194,6 +232,10 @@ class Engine:
     def appended(self, count: int) -> None:
         with self._reports_cv:
             self._outstanding += count
+        if self.dead:  # the sender died while these were appended: report them failed
+            self._fail_everything(self._fatal or KafkaError(
+                KafkaError._FATAL, "the kipproducer engine is closed", fatal=True))
+            return
         self.wake()
 
     def call(self, coro, timeout: float | None = None) -> Any:
@@ -304,7 +346,7 @@ class Engine:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._wake = asyncio.Event()
+        self._wake = Wakeup(self._loop)
         config = self.config
         self.cluster = Cluster(config.bootstrap_servers, config.client_id,
                                request_timeout_s=config.request_timeout_ms / 1000,
@@ -321,6 +363,10 @@ class Engine:
             for task in tasks:
                 task.cancel()
             self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            with self.lock:
+                # Before the last sweep: a record appended after it sees ``dead`` in
+                # appended() and is failed by its caller (nobody else would report it).
+                self.dead = True
             self._fail_everything(self._fatal)
         finally:
             self.dead = True
@@ -372,10 +418,7 @@ class Engine:
                 self._sender_idle = not waiting
             else:
                 timeout = max(delay, 1) / 1000
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await self._wake.wait(timeout)
             self._sender_idle = False
 
     def _sender_for(self, topic: str, partition: int) -> PartitionSender:
