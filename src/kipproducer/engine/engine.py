@@ -296,7 +296,6 @@ class Engine:
     def report_done(self, records: int) -> None:
         with self._reports_cv:
             self._outstanding -= records
-            self._reports_cv.notify_all()
 
     def begin_flush(self) -> None:
         self._flushing += 1
@@ -798,5 +797,8 @@ class Engine:
             error = ProduceOffsetKafkaError(error.code(), error.str(), fatal=error.fatal(),
                                             retriable=error.retriable())
         with self._reports_cv:
+            # Only the first report of a pile wakes the caller (it takes the whole pile):
+            # one thread switch per pile rather than per batch.
+            if not self._reports:
+                self._reports_cv.notify_all()
             self._reports.append(DeliveryReport(batch, error, base_offset, log_append_time))
-            self._reports_cv.notify_all()
