@@ -8,28 +8,27 @@ transactional=False)``; the defaults are librdkafka's (``batch.size``, ``batch.n
 
 Appending
     ``append(topic, partition, key, value, headers=None, timestamp=None, offset=None,
-    opaque=None, expected_offset=None)`` encodes one record into the partition's open batch. With ``offset`` the
-    record keeps that offset (KIP-391): explicit offsets must strictly increase per partition
-    (:class:`~kipproducer.errors.OffsetOrderError`), and a record whose offset is not the
-    previous one + 1 starts a new batch, so every batch holds consecutive offsets. With
-    ``expected_offset`` (KIP-27) the record is expected to land at that offset: records with
-    consecutive expected offsets share a batch whose ``base_offset`` is the first one (the
-    broker appends it only if its log ends there); expected offsets may go back (a writer
-    retrying from the log end it was told). Records of different modes (none, ``offset``,
+    opaque=None, expected_offset=None)`` encodes one record into the partition's open batch.
+    With ``offset`` the record keeps that offset (KIP-391): explicit offsets must strictly
+    increase per partition (:class:`~kipproducer.errors.OffsetOrderError`), and a record whose
+    offset is not the previous one + 1 starts a new batch, so every batch holds consecutive
+    offsets. With ``expected_offset`` (KIP-27) the record is expected to land at that offset:
+    records with consecutive expected offsets share a batch whose ``base_offset`` is the first
+    one (the broker appends it only if its log ends there); expected offsets may go back (a
+    writer retrying from the log end it was told). Records of different modes (none, ``offset``,
     ``expected_offset``; ``ProducerBatch.produce_mode`` 0, 1, 2) never share a batch.
     ``QueueFullError`` (a ``BufferError``) when ``max_messages`` / ``max_bytes`` are reached.
 
     ``append_arrays(topic, partition, values, keys=None, timestamps=None, offsets=None,
-    headers=None, opaque=None, expected_offset=None) -> int`` appends a whole column set in one call with no per-record Python
-    work. ``values``/``keys``: a pyarrow binary/string array (or chunked array), a
-    ``(data, offsets)`` tuple in Arrow layout (uint8 data buffer, int32/int64 offsets of length
-    n + 1), or a sequence / numpy object array of ``bytes | None``. ``timestamps`` and
-    ``offsets``: int64 arrays. ``expected_offset``: one int, the expected offset of the first
-    record (the others follow it; one partition only). ``partition``: an int or an int32 array
-    (one per record).
-    ``headers``: one header list or dict applied to every record, or a list of n per-record
-    header lists (``None`` for none). Returns how many records were appended; fewer than n
-    means the bounds were reached: send, then append the rest.
+    headers=None, opaque=None, expected_offset=None) -> int`` appends a whole column set in one
+    call with no per-record Python work. ``values``/``keys``: a pyarrow binary/string array (or
+    chunked array), a ``(data, offsets)`` tuple in Arrow layout (uint8 data buffer, int32/int64
+    offsets of length n + 1), or a sequence / numpy object array of ``bytes | None``.
+    ``timestamps`` and ``offsets``: int64 arrays. ``expected_offset``: one int, the expected
+    offset of the first record (the others follow it; one partition only). ``partition``: an int
+    or an int32 array (one per record). ``headers``: one header list or dict applied to every
+    record, or a list of n per-record header lists (``None`` for none). Returns how many records
+    were appended; fewer than n means the bounds were reached: send, then append the rest.
 
 Draining
     ``drain(now_ms=None, *, flush=False, partitions=None)`` returns finished

@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from . import security_cli
+
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
@@ -37,12 +39,14 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     from .broker.broker import Broker
     from .broker.broker_config import BrokerConfigError
+    from .security_cli import broker_properties
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host, port = _listen_address(args.listen)
     try:
-        broker = Broker(args.data_dir, host=host, port=port, config=_config_pairs(args.config))
+        config = {**broker_properties(args), **_config_pairs(args.config)}
+        broker = Broker(args.data_dir, host=host, port=port, config=config)
     except BrokerConfigError as exc:
         print(f"kip broker: {exc}", file=sys.stderr)
         return 2
@@ -60,17 +64,28 @@ def cmd_broker(args: argparse.Namespace) -> int:
             logging.getLogger("kipproducer.broker").info("shutting down")
             await broker.stop()
 
-    asyncio.run(serve())
+    from .broker.security.errors import StoreError
+
+    try:
+        asyncio.run(serve())
+    except StoreError as exc:  # a corrupt users.json / acls.json in the data dir
+        print(f"kip broker: {exc}; fix or remove the file (see docs/security.md)",
+              file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the port is taken, the data dir is not writable
+        print(f"kip broker: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kip", description="kipproducer command line")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="show the record core at work: offsets kept, batches "
-                                       "checked by independent readers, speed")
+    demo = sub.add_parser("demo", help="copy a compacted topic between two embedded brokers "
+                                       "with its offsets kept (KIP-391) and compare them")
     demo.add_argument("--records", type=int, default=200_000,
-                      help="records in the speed part (default 200000)")
+                      help="records written to the source topic before compaction "
+                           "(default 200000; at least 1000)")
     demo.set_defaults(func=cmd_demo)
 
     broker = sub.add_parser("broker", help="run the reference Kafka broker in the foreground")
@@ -83,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "log.flush.interval.messages=1 (repeatable)")
     broker.add_argument("--log-level", default="info",
                         choices=["debug", "info", "warning", "error"])
+    security_cli.add_broker_options(broker)
     broker.set_defaults(func=cmd_broker)
+    security_cli.add_parsers(sub)  # kip users, kip acls
     return parser
 
 

@@ -2,63 +2,13 @@
 broker behind a Produce-watching proxy, and a per-test time limit (SIGALRM)."""
 
 import signal
-import socket
-import struct
 import threading
 
 import pytest
 from kip_support import ProduceWatchProxy
+from raw_client import RawClient
 
 from kipproducer.broker.embedded import EmbeddedBroker
-from kipproducer.protocol import build_request, decode_response, encode_request_frame
-
-
-class RawClient:
-    """One blocking connection speaking the shared protocol layer, for exact wire tests."""
-
-    def __init__(self, bootstrap: str) -> None:
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=15)
-        self.correlation = 0
-
-    def request(self, api_key: int, version: int, **fields):
-        self.correlation += 1
-        frame = encode_request_frame(self.correlation, "kip-tests",
-                                     build_request(api_key, version, **fields))
-        self.sock.sendall(frame)
-        size = struct.unpack(">i", self._read(4))[0]
-        response = decode_response(self._read(size), api_key, version)
-        assert response.correlation_id == self.correlation
-        return response.body
-
-    def _read(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("broker closed the connection")
-            out += chunk
-        return bytes(out)
-
-    def produce(self, topic: str, batches: dict[int, bytes], *, mode: int, acks: int = -1,
-                version: int = 10):
-        """One Produce request; returns {partition: partition response}."""
-        body = self.request(0, version, transactional_id=None, acks=acks, timeout=10000,
-                            produce_mode=mode, topic_data=[{
-                                "name": topic,
-                                "partition_data": [{"index": p, "records": b}
-                                                   for p, b in batches.items()]}])
-        return {p.index: p for t in body.responses for p in t.partition_responses}
-
-    def create_topic(self, name: str, partitions: int = 1, configs: dict | None = None):
-        body = self.request(19, 5, topics=[{
-            "name": name, "num_partitions": partitions, "replication_factor": 1,
-            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
-            timeout=10000)
-        assert body.topics[0].error_code == 0, body.topics[0].error_message
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")

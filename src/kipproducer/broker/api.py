@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .security.sasl import SaslSession
 
 
 @dataclass
@@ -31,6 +32,8 @@ class RequestContext:
     client_host: str
     connection_id: int
     principal: str = "User:ANONYMOUS"
+    #: The connection's SASL state (SaslHandshake / SaslAuthenticate drive it).
+    session: SaslSession | None = None
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]

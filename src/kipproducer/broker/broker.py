@@ -18,6 +18,9 @@ from typing import Any
 from . import handlers as _handlers  # noqa: F401  (registers every API handler)
 from .broker_config import BrokerConfig
 from .groups import GroupCoordinator
+from .security.authorizer import AclStore
+from .security.broker_security import BrokerSecurity
+from .security.users import UserStore
 from .server import BrokerServer
 from .storage.log_manager import LogManager
 
@@ -37,6 +40,8 @@ class Broker:
             config = BrokerConfig.from_properties(config)
         self.config = config
         self.data_dir = os.fspath(data_dir)
+        # SASL, users and ACLs (docs/security.md); bad security properties fail here.
+        self.security = BrokerSecurity(self.data_dir, config)
         self.server = BrokerServer(self, host, port)
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
@@ -49,9 +54,16 @@ class Broker:
     async def start(self) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
         self._data_arrived = asyncio.Event()
+        # A corrupt users or ACL file stops the start: no listener that guesses who may do what.
+        await loop.run_in_executor(None, self.security.open)
         # Opening recovers every partition (CRC checks of unflushed tails): off the loop.
         self.logs = await loop.run_in_executor(
-            None, lambda: LogManager(self.data_dir, broker_defaults=self.config.topic_defaults)
+            None,
+            lambda: LogManager(
+                self.data_dir,
+                broker_defaults=self.config.topic_defaults,
+                compaction_backoff_ms=self.config.log_cleaner_backoff_ms,
+            ),
         )
         self.groups = GroupCoordinator(
             os.path.join(self.data_dir, "__groups"),
@@ -131,13 +143,26 @@ class Broker:
 
     # -- authorization ----------------------------------------------------------------------------
 
-    def authorize(self, principal: str, operation: str, resource_type: str, name: str) -> bool:
-        """Whether ``principal`` may do ``operation`` on the resource.
+    @property
+    def users(self) -> UserStore:
+        """The SASL user store: ``broker.users.add("alice", "secret")`` (durable, live)."""
+        return self.security.users
 
-        No authorizer is configured yet, and Kafka without an authorizer allows everything;
-        SASL principals and ACLs plug in here.
+    @property
+    def acls(self) -> AclStore:
+        """The ACL store: ``broker.acls.add([AclBinding.of(...)])`` (durable, live)."""
+        return self.security.acls
+
+    def authorize(
+        self, principal: str, operation: Any, resource_type: Any, name: str, host: str = "*"
+    ) -> bool:
+        """Whether ``principal`` (from ``host``) may do ``operation`` on the resource.
+
+        Operation and resource type go by Kafka name (``"Write"``, ``"Topic"``), code or
+        enum. With the authorizer off (the default) everything is allowed, as in Kafka
+        without an authorizer; handlers use the helpers in ``security/checks.py``.
         """
-        return True
+        return self.security.authorize(principal, operation, resource_type, name, host)
 
     # -- fetch long-poll --------------------------------------------------------------------------
 

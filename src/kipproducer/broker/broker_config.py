@@ -110,6 +110,62 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int = field(
         default=1000, metadata={"name": "log.flush.scheduler.interval.ms"}
     )
+    log_cleaner_backoff_ms: int = field(
+        default=15_000,
+        metadata={
+            "name": "log.cleaner.backoff.ms",
+            "doc": "how long a compacted partition waits between two cleaner passes",
+        },
+    )
+    # -- security (docs/security.md) --
+    sasl_enabled_mechanisms: str = field(
+        default="",
+        metadata={
+            "name": "sasl.enabled.mechanisms",
+            "doc": "SASL mechanisms the listener requires, comma-separated (PLAIN, "
+            "SCRAM-SHA-256, SCRAM-SHA-512); empty: no SASL, every client is User:ANONYMOUS",
+        },
+    )
+    connection_failed_authentication_delay_ms: int = field(
+        default=100,
+        metadata={
+            "name": "connection.failed.authentication.delay.ms",
+            "doc": "after a failed authentication the answer is sent and the connection is "
+            "closed this much later (slows down password guessing; lets the client read it)",
+        },
+    )
+    sasl_server_max_receive_size: int = field(
+        default=524_288,
+        metadata={
+            "name": "sasl.server.max.receive.size",
+            "doc": "largest frame accepted before SASL authentication completes",
+        },
+    )
+    authorizer_enabled: bool = field(
+        default=False,
+        metadata={"name": "authorizer.enabled", "doc": "check every request against the ACLs"},
+    )
+    authorizer_class_name: str = field(
+        default="",
+        metadata={
+            "name": "authorizer.class.name",
+            "doc": "Kafka's switch for the authorizer: any non-empty value turns it on",
+        },
+    )
+    super_users: str = field(
+        default="",
+        metadata={
+            "name": "super.users",
+            "doc": "principals allowed everything, semicolon-separated (User:admin;User:ops)",
+        },
+    )
+    allow_everyone_if_no_acl_found: bool = field(
+        default=False,
+        metadata={
+            "name": "allow.everyone.if.no.acl.found",
+            "doc": "allow a resource no ACL names at all (authorizer on only)",
+        },
+    )
     topic_defaults: dict[str, str] = field(default_factory=dict)
     #: The property names given at start (DescribeConfigs reports them as
     #: STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG, as Kafka does).

@@ -122,7 +122,13 @@ class Connection:
         self.writer = writer
         self.id = conn_id
         self.host = host
-        self.principal = "User:ANONYMOUS"
+        # Who the client is (User:ANONYMOUS until SASL says otherwise) and where it stands in
+        # the SASL exchange; see security/sasl.py.
+        self.session = broker.security.new_session(conn_id, host)
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
 
     async def read_frame(self) -> bytearray:
         config = self.broker.config
@@ -137,14 +143,19 @@ class Connection:
         except (TimeoutError, ConnectionError):
             raise ConnectionClosed from None
         (size,) = _SIZE.unpack(prefix)
-        if size < 0 or size > config.socket_request_max_bytes:
+        limit, limit_name = config.socket_request_max_bytes, "socket.request.max.bytes"
+        if not self.session.authenticated and limit > config.sasl_server_max_receive_size:
+            # Before SASL completes, only small frames (Kafka's sasl.server.max.receive.size):
+            # an unauthenticated client must not make the broker buffer 100 MB.
+            limit, limit_name = config.sasl_server_max_receive_size, "sasl.server.max.receive.size"
+        if size < 0 or size > limit:
             log.warning(
-                "connection %s from %s: frame size %d outside 0..%d "
-                "(socket.request.max.bytes); closing",
+                "connection %s from %s: frame size %d outside 0..%d (%s); closing",
                 self.id,
                 self.host,
                 size,
-                config.socket_request_max_bytes,
+                limit,
+                limit_name,
             )
             raise ConnectionClosed
         try:
@@ -174,6 +185,9 @@ class Connection:
     async def serve(self) -> None:
         while True:
             frame = await self.read_frame()
+            if self.session.raw_tokens:
+                await self.exchange_raw_token(frame)
+                continue
             try:
                 request = decode_request(frame)
             except ProtocolError as exc:
@@ -203,6 +217,15 @@ class Connection:
                     header.api_version,
                 )
                 raise ConnectionClosed
+            if not self.session.may_handle(header.api_key):
+                log.warning(
+                    "connection %s from %s (%s): %s; closing",
+                    self.id,
+                    self.host,
+                    header.client_id,
+                    self.session.describe_refusal(header.api_key),
+                )
+                raise ConnectionClosed
             ctx = RequestContext(
                 self.broker,
                 header.api_key,
@@ -211,12 +234,40 @@ class Connection:
                 header.client_id,
                 self.host,
                 self.id,
-                self.principal,
+                self.session.principal,
+                self.session,
             )
             response = await spec.handler(ctx, request.body)
             if response is None:  # acks=0 produce: no response, as Kafka
                 continue
             await self.send(header.correlation_id, response)
+            if self.session.close_requested:  # failed SASL: the answer is sent, now close
+                await self.drain_and_close()
+                raise ConnectionClosed
+
+    async def drain_and_close(self) -> None:
+        """Close after a failed authentication, as Kafka does: the answer is sent, and the
+        connection closes connection.failed.authentication.delay.ms later. Meanwhile input is
+        read and dropped: closing a socket with unread input makes the kernel send RST, which
+        can destroy the answer before the client reads it."""
+        delay = self.broker.config.connection_failed_authentication_delay_ms / 1000
+        try:
+            async with asyncio.timeout(delay):
+                while await self.reader.read(1 << 16):
+                    pass
+        except (TimeoutError, ConnectionError, OSError):
+            pass
+
+    async def exchange_raw_token(self, frame: bytearray) -> None:
+        """After a v0 SaslHandshake, SASL tokens travel as bare frames (no Kafka header)."""
+        reply = await self.session.raw_token(bytes(frame))
+        if reply is None:  # failed: Kafka closes without an answer in this flow
+            raise ConnectionClosed
+        try:
+            self.writer.write(_SIZE.pack(len(reply)) + reply)
+            await self.writer.drain()
+        except ConnectionError:
+            raise ConnectionClosed from None
 
     async def send(self, correlation_id: int, body) -> None:
         try:

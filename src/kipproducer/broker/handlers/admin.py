@@ -14,6 +14,13 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
+from ..security.checks import (
+    may_alter_configs,
+    may_alter_topic,
+    may_create_topic,
+    may_delete_topic,
+    may_describe_configs,
+)
 from ..storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -84,6 +91,9 @@ async def create_topics(ctx: RequestContext, body):
     for topic in body.topics:
         answer = {"name": topic.name, "error_code": ec.NONE, "error_message": None}
         try:
+            if not may_create_topic(ctx, topic.name):
+                raise _Refused(ec.TOPIC_AUTHORIZATION_FAILED,
+                               f"{ctx.principal} lacks Create on the cluster and on the topic")
             if too_many:
                 raise _Refused(POLICY_VIOLATION, TOO_MANY_PARTITIONS)
             partitions = topic.num_partitions
@@ -159,6 +169,12 @@ async def delete_topics(ctx: RequestContext, body):
             if name is None and topic_id is not None:
                 name = logs.topic_by_id(topic_id).name
                 answer["name"] = name
+            if name is not None and not may_delete_topic(ctx, name):
+                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
+                if v >= 5:
+                    answer["error_message"] = f"{ctx.principal} lacks Delete on the topic"
+                results.append(answer)
+                continue
             info = logs.delete_topic(name)
             if v >= 6:
                 answer["topic_id"] = info.topic_id
@@ -181,6 +197,9 @@ async def create_partitions(ctx: RequestContext, body):
     for topic in body.topics:
         answer = {"name": topic.name, "error_code": ec.NONE, "error_message": None}
         try:
+            if not may_alter_topic(ctx, topic.name):
+                raise _Refused(ec.TOPIC_AUTHORIZATION_FAILED,
+                               f"{ctx.principal} lacks Alter on the topic")
             if added > MAX_PARTITIONS_PER_REQUEST:
                 raise _Refused(POLICY_VIOLATION, TOO_MANY_PARTITIONS)
             logs.create_partitions(topic.name, topic.count, validate_only=body.validate_only)
@@ -224,6 +243,12 @@ def _broker_entries(ctx: RequestContext) -> list[dict]:
     ]
 
 
+def _config_auth_error(resource_type: int) -> int:
+    if resource_type == RESOURCE_TOPIC:
+        return ec.TOPIC_AUTHORIZATION_FAILED
+    return ec.CLUSTER_AUTHORIZATION_FAILED
+
+
 @handles(DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, body):
     logs = logs_of(ctx)
@@ -237,6 +262,12 @@ async def describe_configs(ctx: RequestContext, body):
             "resource_name": res.resource_name,
             "configs": [],
         }
+        if (res.resource_type in (RESOURCE_TOPIC, RESOURCE_BROKER)
+                and not may_describe_configs(ctx, res.resource_type, res.resource_name)):
+            answer.update(error_code=_config_auth_error(res.resource_type),
+                          error_message=f"{ctx.principal} lacks DescribeConfigs")
+            results.append(answer)
+            continue
         if res.resource_type == RESOURCE_TOPIC:
             try:
                 info = logs.topic(res.resource_name)
@@ -294,6 +325,11 @@ def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool)
         "resource_type": res.resource_type,
         "resource_name": res.resource_name,
     }
+    if (res.resource_type in (RESOURCE_TOPIC, RESOURCE_BROKER)
+            and not may_alter_configs(ctx, res.resource_type, res.resource_name)):
+        answer.update(error_code=_config_auth_error(res.resource_type),
+                      error_message=f"{ctx.principal} lacks AlterConfigs")
+        return answer
     if res.resource_type != RESOURCE_TOPIC:
         answer.update(
             error_code=INVALID_CONFIG,
@@ -360,6 +396,7 @@ async def delete_records(ctx: RequestContext, body):
     topics = []
     for topic in body.topics:
         info = logs.topics().get(topic.name)
+        deletable = may_delete_topic(ctx, topic.name)
         partitions = []
         for p in topic.partitions:
             answer = {
@@ -367,7 +404,9 @@ async def delete_records(ctx: RequestContext, body):
                 "low_watermark": -1,
                 "error_code": ec.NONE,
             }
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if not deletable:
+                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 log_ = logs.get_log(topic.name, p.partition_index)

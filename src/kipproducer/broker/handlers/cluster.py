@@ -14,6 +14,7 @@ from kipproducer.protocol.wire_extensions import (
 )
 
 from ..api import RequestContext, handles
+from ..security.checks import may_create_topic, may_describe_topic
 from ..server import api_versions_table
 from ..storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
 from .common import AUTHORIZED_OPERATIONS_OMITTED, LEADER_EPOCH, logs_of
@@ -71,6 +72,8 @@ def _maybe_create(ctx: RequestContext, name: str, allowed: bool):
     logs = logs_of(ctx)
     if not (allowed and ctx.broker.config.auto_create_topics_enable):
         return None, ec.UNKNOWN_TOPIC_OR_PARTITION
+    if not may_create_topic(ctx, name):
+        return None, ec.TOPIC_AUTHORIZATION_FAILED  # Kafka's answer when creation is refused
     try:
         return logs.create_topic(name, ctx.broker.config.num_partitions), ec.NONE
     except TopicExistsError:
@@ -94,7 +97,8 @@ async def metadata(ctx: RequestContext, body):
     v = ctx.api_version
     topics = logs.topics()
     if body.topics is None or (v == 0 and not body.topics):
-        wanted = [(name, None) for name in sorted(topics)]
+        # All topics: those the principal may not describe are left out, as in Kafka.
+        wanted = [(name, None) for name in sorted(topics) if may_describe_topic(ctx, name)]
         requested = False
     else:
         wanted = [(t.name, getattr(t, "topic_id", None)) for t in body.topics]
@@ -118,6 +122,15 @@ async def metadata(ctx: RequestContext, body):
                 )
                 continue
             name = found.name
+            if not may_describe_topic(ctx, name):
+                out.append({"error_code": ec.TOPIC_AUTHORIZATION_FAILED, "name": None,
+                            "topic_id": topic_id, "partitions": ()})
+                continue
+        elif requested and not may_describe_topic(ctx, name):
+            # Refused whether or not it exists: an unauthorized client learns nothing.
+            out.append({"error_code": ec.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                        "partitions": ()})
+            continue
         info = topics.get(name)
         if info is None and requested and name:
             info, code = _maybe_create(ctx, name, allow_create)

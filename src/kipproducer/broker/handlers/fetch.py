@@ -16,6 +16,7 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
+from ..security.checks import may_describe_topic, may_read_topic
 from ..storage.errors import OffsetOutOfRangeError, UnknownTopicError
 from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of
 
@@ -44,6 +45,9 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
     responses = []
     for topic in body.topics:
         name, info = _topic_of(logs, v, topic)
+        # A name the client may not read is refused whether or not it exists (no leak); an
+        # unknown topic id stays UNKNOWN_TOPIC_ID, as there is no name to check.
+        readable = name is None or may_read_topic(ctx, name)
         partitions = []
         for p in topic.partitions:
             answer = {
@@ -57,6 +61,11 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
                 answer["log_start_offset"] = -1
             if v >= 11:
                 answer["preferred_read_replica"] = -1
+            if not readable:
+                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
+                failed = True
+                partitions.append(answer)
+                continue
             if info is None or not 0 <= p.partition < info.partitions:
                 answer["error_code"] = (
                     ec.UNKNOWN_TOPIC_ID if v >= 13 else ec.UNKNOWN_TOPIC_OR_PARTITION
@@ -129,6 +138,7 @@ async def list_offsets(ctx: RequestContext, body):
     topics = []
     for topic in body.topics:
         info = logs.topics().get(topic.name)
+        describable = may_describe_topic(ctx, topic.name)
         partitions = []
         for p in topic.partitions:
             answer = {
@@ -139,6 +149,10 @@ async def list_offsets(ctx: RequestContext, body):
             }
             if v >= 4:
                 answer["leader_epoch"] = LEADER_EPOCH
+            if not describable:
+                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
+                partitions.append(answer)
+                continue
             if info is None or not 0 <= p.partition_index < info.partitions:
                 answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
                 partitions.append(answer)
@@ -173,6 +187,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, body):
     topics = []
     for topic in body.topics:
         info = logs.topics().get(topic.topic)
+        describable = may_describe_topic(ctx, topic.topic)
         partitions = []
         for p in topic.partitions:
             answer = {
@@ -181,7 +196,9 @@ async def offset_for_leader_epoch(ctx: RequestContext, body):
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            if info is None or not 0 <= p.partition < info.partitions:
+            if not describable:
+                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or not 0 <= p.partition < info.partitions:
                 answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
             elif p.current_leader_epoch > LEADER_EPOCH:
                 answer["error_code"] = ec.error_code("UNKNOWN_LEADER_EPOCH")

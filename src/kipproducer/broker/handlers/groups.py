@@ -12,6 +12,14 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
+from ..security.checks import (
+    may_delete_group,
+    may_describe_cluster,
+    may_describe_group,
+    may_describe_topic,
+    may_read_group,
+    may_read_topic,
+)
 from .common import AUTHORIZED_OPERATIONS_OMITTED, logs_of
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
@@ -30,6 +38,15 @@ def _coordinator(ctx: RequestContext):
 
 def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict:
     broker = ctx.broker
+    if key_type == KEY_TYPE_GROUP and not may_describe_group(ctx, key):
+        return {
+            "key": key,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": ec.GROUP_AUTHORIZATION_FAILED,
+            "error_message": f"{ctx.principal} lacks Describe on group {key}",
+        }
     if key_type == KEY_TYPE_GROUP and _coordinator(ctx) is not None:
         return {
             "key": key,
@@ -77,9 +94,16 @@ def _unavailable(api_key: int, version: int, **fields):
     return build_response(api_key, version, error_code=ec.COORDINATOR_NOT_AVAILABLE, **fields)
 
 
+def _group_refused(api_key: int, version: int, **fields):
+    """The answer to a group request the principal lacks READ on the group for."""
+    return build_response(api_key, version, error_code=ec.GROUP_AUTHORIZATION_FAILED, **fields)
+
+
 @handles(JOIN_GROUP, 0, 9, advertise_min=0)
 async def join_group(ctx: RequestContext, body):
     v = ctx.api_version
+    if not may_read_group(ctx, body.group_id):
+        return _group_refused(JOIN_GROUP, v, member_id=body.member_id)
     groups = _coordinator(ctx)
     if groups is None:
         return _unavailable(JOIN_GROUP, v, member_id=body.member_id)
@@ -121,6 +145,8 @@ async def join_group(ctx: RequestContext, body):
 @handles(SYNC_GROUP, 0, 5, advertise_min=0)
 async def sync_group(ctx: RequestContext, body):
     v = ctx.api_version
+    if not may_read_group(ctx, body.group_id):
+        return _group_refused(SYNC_GROUP, v)
     groups = _coordinator(ctx)
     if groups is None:
         return _unavailable(SYNC_GROUP, v)
@@ -142,6 +168,8 @@ async def sync_group(ctx: RequestContext, body):
 @handles(HEARTBEAT, 0, 4, advertise_min=0)
 async def heartbeat(ctx: RequestContext, body):
     v = ctx.api_version
+    if not may_read_group(ctx, body.group_id):
+        return _group_refused(HEARTBEAT, v)
     groups = _coordinator(ctx)
     if groups is None:
         return _unavailable(HEARTBEAT, v)
@@ -157,6 +185,8 @@ async def heartbeat(ctx: RequestContext, body):
 @handles(LEAVE_GROUP, 0, 5, advertise_min=0)
 async def leave_group(ctx: RequestContext, body):
     v = ctx.api_version
+    if not may_read_group(ctx, body.group_id):
+        return _group_refused(LEAVE_GROUP, v)
     groups = _coordinator(ctx)
     if groups is None:
         return _unavailable(LEAVE_GROUP, v)
@@ -191,11 +221,17 @@ async def offset_commit(ctx: RequestContext, body):
     topics_known = logs.topics()
     answers: dict[tuple[str, int], int] = {}
     valid = {}
+    group_readable = may_read_group(ctx, body.group_id)
     for topic in body.topics:
         info = topics_known.get(topic.name)
+        topic_readable = group_readable and may_read_topic(ctx, topic.name)
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
-            if groups is None:
+            if not group_readable:
+                answers[tp] = ec.GROUP_AUTHORIZATION_FAILED
+            elif not topic_readable:
+                answers[tp] = ec.TOPIC_AUTHORIZATION_FAILED
+            elif groups is None:
                 answers[tp] = ec.COORDINATOR_NOT_AVAILABLE
             elif info is None or not 0 <= p.partition_index < info.partitions:
                 answers[tp] = ec.UNKNOWN_TOPIC_OR_PARTITION
@@ -230,13 +266,28 @@ async def offset_commit(ctx: RequestContext, body):
 
 
 def _fetch_group(ctx: RequestContext, group_id: str, topics, version: int) -> tuple[list, int]:
+    if not may_describe_group(ctx, group_id):
+        return [], ec.GROUP_AUTHORIZATION_FAILED
     groups = _coordinator(ctx)
     if groups is None:
         return [], ec.COORDINATOR_NOT_AVAILABLE
-    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    # Topics the principal may not describe: refused when named, left out of "all topics".
+    denied = set() if topics is None else {
+        t.name for t in topics if not may_describe_topic(ctx, t.name)}
+    wanted = None if topics is None else [
+        (t.name, p) for t in topics if t.name not in denied for p in t.partition_indexes]
     found = groups.fetch_offsets(group_id, wanted)
     by_topic: dict[str, list] = {}
+    for t in topics or ():
+        if t.name in denied:
+            by_topic[t.name] = [
+                {"partition_index": p, "committed_offset": -1, "metadata": None,
+                 "error_code": ec.TOPIC_AUTHORIZATION_FAILED}
+                for p in t.partition_indexes
+            ]
     for (topic, partition), value in sorted(found.items()):
+        if topics is None and not may_describe_topic(ctx, topic):
+            continue
         entry = {
             "partition_index": partition,
             "committed_offset": value.offset,
@@ -274,7 +325,10 @@ async def list_groups(ctx: RequestContext, body):
     states = list(body.states_filter) if v >= 4 and body.states_filter else None
     types = list(body.types_filter) if v >= 5 and body.types_filter else None
     out = []
+    everything = may_describe_cluster(ctx)  # else only the groups it may describe, as Kafka
     for g in groups.list_groups(states, types):
+        if not everything and not may_describe_group(ctx, g.group_id):
+            continue
         entry = {"group_id": g.group_id, "protocol_type": g.protocol_type}
         if v >= 4:
             entry["group_state"] = g.state
@@ -290,10 +344,12 @@ async def describe_groups(ctx: RequestContext, body):
     groups = _coordinator(ctx)
     out = []
     for group_id in body.groups:
-        if groups is None:
+        if groups is None or not may_describe_group(ctx, group_id):
             out.append(
                 {
-                    "error_code": ec.COORDINATOR_NOT_AVAILABLE,
+                    "error_code": ec.COORDINATOR_NOT_AVAILABLE
+                    if groups is None
+                    else ec.GROUP_AUTHORIZATION_FAILED,
                     "group_id": group_id,
                     "group_state": "",
                     "protocol_type": "",
@@ -330,10 +386,12 @@ async def describe_groups(ctx: RequestContext, body):
 @handles(DELETE_GROUPS, 0, 2)
 async def delete_groups(ctx: RequestContext, body):
     groups = _coordinator(ctx)
+    allowed = [g for g in body.groups_names if may_delete_group(ctx, g)]
+    codes = {g: ec.GROUP_AUTHORIZATION_FAILED for g in body.groups_names}
     if groups is None:
-        codes = {g: ec.COORDINATOR_NOT_AVAILABLE for g in body.groups_names}
-    else:
-        codes = groups.delete_groups(body.groups_names)
+        codes.update({g: ec.COORDINATOR_NOT_AVAILABLE for g in allowed})
+    elif allowed:
+        codes.update(groups.delete_groups(allowed))
     return build_response(
         DELETE_GROUPS,
         ctx.api_version,

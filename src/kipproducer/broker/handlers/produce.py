@@ -24,6 +24,12 @@ from kipproducer.records import validate_batch
 
 from ..api import RequestContext, handles
 from ..producer_state import Duplicate, ProducerStateError
+from ..security.checks import (
+    may_produce_with_offsets,
+    may_read_topic,
+    may_write_idempotently,
+    may_write_topic,
+)
 from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
 from ..storage.log_config import LONG_MAX
 from .common import logs_of
@@ -128,6 +134,7 @@ async def produce(ctx: RequestContext, body):
     touched = []  # (log, answer) for every existing partition: LogEndOffset goes to each
     for topic in body.topic_data:
         info = logs.topics().get(topic.name)
+        writable = may_write_topic(ctx, topic.name)
         partitions = []
         for pdata in topic.partition_data:
             answer = {
@@ -138,9 +145,9 @@ async def produce(ctx: RequestContext, body):
             }
             partitions.append(answer)
             try:
-                if info is not None and 0 <= pdata.index < info.partitions:
+                if writable and info is not None and 0 <= pdata.index < info.partitions:
                     touched.append((logs.get_log(topic.name, pdata.index), answer))
-                _check_request(ctx, body, mode, info, pdata.index)
+                _check_request(ctx, body, mode, info, pdata.index, writable)
                 batch = _check_batch(ctx, info, pdata.records, mode)
                 accepted.append(
                     (logs.get_log(topic.name, pdata.index), pdata.records, batch, answer))
@@ -184,20 +191,29 @@ def _refuse(answer: dict, code: int, message: str | None = None, record_errors=N
     answer.update(error_code=code, error_message=message, record_errors=record_errors or [])
 
 
-def _check_request(ctx: RequestContext, body, mode: int, info, index: int) -> None:
-    """Request-level rules, answered per partition as Kafka does."""
+def _check_request(
+    ctx: RequestContext, body, mode: int, info, index: int, writable: bool = True
+) -> None:
+    """Request-level rules, answered per partition as Kafka does.
+
+    ``writable``: the principal has WRITE on the topic. It is checked after ReplicatorWrite
+    (a request-wide rule) and before the topic's existence, so an unauthorized client cannot
+    tell which topics exist.
+    """
     if body.transactional_id is not None:
         raise PartitionRefused(
             ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             "transactions are not supported by this broker yet")
     if mode not in (ProduceMode.ASSIGN, ProduceMode.USE_OFFSETS, ProduceMode.EXPECTED_OFFSETS):
         raise PartitionRefused(ec.INVALID_REQUEST, f"unknown ProduceMode {mode}")
-    if mode == ProduceMode.USE_OFFSETS and not ctx.broker.authorize(
-            ctx.principal, "ReplicatorWrite", "Cluster", "kafka-cluster"):
+    if mode == ProduceMode.USE_OFFSETS and not may_produce_with_offsets(ctx):
         raise PartitionRefused(
             ec.CLUSTER_AUTHORIZATION_FAILED,
             f"{ctx.principal} lacks ReplicatorWrite on the cluster (KIP-391 produce with "
             "offsets)")
+    if not writable:
+        raise PartitionRefused(
+            ec.TOPIC_AUTHORIZATION_FAILED, f"{ctx.principal} lacks Write on the topic")
     if info is None or not 0 <= index < info.partitions:
         raise PartitionRefused(ec.UNKNOWN_TOPIC_OR_PARTITION)
     if info.config.check_expected_offsets and mode != ProduceMode.EXPECTED_OFFSETS:
@@ -272,6 +288,14 @@ async def init_producer_id(ctx: RequestContext, body):
             producer_id=-1,
             producer_epoch=-1,
         )
+    if not may_write_idempotently(ctx):
+        return build_response(
+            INIT_PRODUCER_ID,
+            ctx.api_version,
+            error_code=ec.CLUSTER_AUTHORIZATION_FAILED,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     # An idempotent producer (no transactional id) always gets a fresh id, epoch 0, as Kafka's
     # coordinator does, also when it asks to bump the epoch of its old id (KIP-360).
     producer_id = logs_of(ctx).allocate_producer_id()
@@ -290,8 +314,14 @@ async def describe_producers(ctx: RequestContext, body):
     topics = []
     for topic in body.topics:
         info = logs.topics().get(topic.name)
+        readable = may_read_topic(ctx, topic.name)
         partitions = []
         for index in topic.partition_indexes:
+            if not readable:
+                partitions.append(
+                    {"partition_index": index, "error_code": ec.TOPIC_AUTHORIZATION_FAILED}
+                )
+                continue
             if info is None or not 0 <= index < info.partitions:
                 partitions.append(
                     {"partition_index": index, "error_code": ec.UNKNOWN_TOPIC_OR_PARTITION}
