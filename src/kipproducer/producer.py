@@ -525,7 +525,8 @@ class Producer(confluent_kafka.Producer):
                 if remaining is not None and remaining <= 0:
                     break
                 self._serve_engine(0.005)
-                super().flush(0 if len(engine) else min(0.1, remaining or 0.1))
+                if super().__len__():  # librdkafka's flush(0) is not free: only when needed
+                    super().flush(0 if len(engine) else min(0.1, remaining or 0.1))
             self._serve_engine(0)
         finally:
             engine.end_flush()
