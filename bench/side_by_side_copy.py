@@ -2,7 +2,7 @@
 (KIP-391) against confluent-kafka's plain produce() of the same records, to one `kip broker`.
 
 The records are what a copy of a compacted or transactional topic carries: N records with
-12-byte keys and 100-byte values whose offsets have random gaps (by default 1% of the steps
+12-byte keys and 100-byte values whose offsets have random gaps (by default 0.1% and 1% of the steps
 between two records skip 1..100 offsets). kipproducer writes each record at its offset, so
 every run of consecutive offsets is its own batch; confluent-kafka cannot choose offsets and
 sends the same keys and values with broker-assigned offsets (what a copy that does not keep
@@ -16,7 +16,7 @@ target is checked: its watermarks must be (first offset, last offset + 1) and a 
 offsets (records and holes) is read back with a stock librdkafka consumer.
 
     PYTHONPATH=src python bench/side_by_side_copy.py [--records N] [--repeat R]
-        [--gap-rate F] [--write bench/RESULTS.md]
+        [--gap-rate F[,F...]] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -259,50 +259,53 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--gap-rate", type=float, default=0.01,
-                    help="share of the steps between two records that skip offsets "
-                         "(default 0.01)")
+    ap.add_argument("--gap-rate", default="0.001,0.01",
+                    help="share of the steps between two records that skip offsets; a "
+                         "comma-separated list runs the offset copy once per rate "
+                         "(default 0.001,0.01)")
     ap.add_argument("--write", metavar="PATH")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n = args.records
+    rates = [float(r) for r in str(args.gap_rate).split(",") if r.strip()]
     if args.one:
-        print(json.dumps(run_one(args.one, args.bootstrap, n, args.topic, args.gap_rate)))
+        print(json.dumps(run_one(args.one, args.bootstrap, n, args.topic, rates[0])))
         return
 
     import numpy as np
 
-    _, _, offsets = workload(n, args.gap_rate)
-    gaps = int(np.count_nonzero(np.diff(offsets) > 1))
+    # (lane, gap rate): the lanes without offsets send the same keys and values whatever the
+    # rate, so they run once per round; the offset copy runs once per rate.
+    jobs = [(CONFLUENT, rates[0]), *[(KIP, rate) for rate in rates], (KIP_ASSIGNED, rates[0])]
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     data_dir = tempfile.mkdtemp(prefix="kip-bench-copy-")
     proc, bootstrap = start_broker(data_dir)
-    results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
-    checked = ""
+    results: dict[tuple[str, float], list[dict]] = {job: [] for job in jobs}
+    checked: dict[float, str] = {}
     t_run = time.perf_counter()
     try:
         for rnd in range(args.repeat):
-            for name in CONTENDERS:  # alternating, so drift hits all alike
-                topic = f"copy-{CONTENDERS.index(name)}-{rnd}"
+            for number, (name, rate) in enumerate(jobs):  # alternating: drift hits all alike
+                topic = f"copy-{number}-{rnd}"
                 create_topic(bootstrap, topic)
                 cpu0 = broker_cpu(proc.pid)
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
-                     "--topic", topic, "--records", str(n), "--gap-rate", str(args.gap_rate)],
+                     "--topic", topic, "--records", str(n), "--gap-rate", str(rate)],
                     capture_output=True, text=True, env=child_env(), timeout=900)
                 if out.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{out.stderr[-3000:]}")
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 result["broker_cpu"] = broker_cpu(proc.pid) - cpu0
-                results[name].append(result)
+                results[(name, rate)].append(result)
                 line = (f"{name:30s} {n / result['seconds'] / 1e6:6.3f} M rec/s "
                         f"cpu {result['cpu']:.2f} s broker cpu {result['broker_cpu']:.2f} s "
                         f"rss {result['rss_mib']:.0f} MiB")
                 if name == KIP:
-                    checked = verify_copy(bootstrap, topic, n, args.gap_rate)
-                    line += f"; checked: {checked}"
+                    checked[rate] = verify_copy(bootstrap, topic, n, rate)
+                    line += f" (gap rate {rate:g}); checked: {checked[rate]}"
                 print(line, file=sys.stderr)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -315,47 +318,57 @@ def main(argv=None) -> None:
     load1 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
 
     rows = []
-    for name in CONTENDERS:
-        runs = results[name]
-        rate = n / statistics.median(r["seconds"] for r in runs)
+    for name, rate in jobs:
+        runs = results[(name, rate)]
+        speed = n / statistics.median(r["seconds"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
         bcpu = statistics.median(r["broker_cpu"] for r in runs) * 1e6 / n
         rss = max(r["rss_mib"] for r in runs)
-        rows.append((name, rate, cpu, bcpu, rss))
-    base = rows[0][1]
+        rows.append((name, rate, speed, cpu, bcpu, rss))
+    base = rows[0][2]
     from results_file import machine
+
+    def described(rate: float) -> str:
+        _, _, offsets = workload(n, rate)
+        gaps = int(np.count_nonzero(np.diff(offsets) > 1))
+        return (f"gap rate {rate:g}: offsets 0..{int(offsets[-1]):,} with {gaps:,} gaps, so "
+                f"at least {gaps + 1:,} batches")
 
     lines = [
         HEADING, "",
         f"Command: `PYTHONPATH=src python bench/side_by_side_copy.py --records {n} --repeat "
-        f"{args.repeat} --gap-rate {args.gap_rate}` (median of {args.repeat} alternating runs, "
-        f"one process per run; whole run {took:.0f} s).",
+        f"{args.repeat} --gap-rate {','.join(f'{r:g}' for r in rates)}` (median of "
+        f"{args.repeat} alternating runs, one process per run; whole run {took:.0f} s).",
         f"Machine: {machine()}; client and `kip broker` share it, on loopback; 1-minute load "
         f"average {load0:.2f} before and {load1:.2f} after.",
         f"Versions: {versions()}.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values (random, the "
-        f"same for all), 1 partition; offsets 0..{int(offsets[-1]):,} with {gaps:,} random "
-        f"gaps of 1..{MAX_GAP} offsets ({args.gap_rate:g} of the steps), so kipproducer sends "
-        f"at least {gaps + 1:,} batches of consecutive offsets. acks=all, "
-        "enable.idempotence=true, linger.ms=5 for all, each run to its own fresh topic on "
-        "the same broker. Each contender first delivers one record to a warm-up topic "
-        "(connection, metadata, producer id), then is timed from the first call to flush() "
-        "returning with every delivery report in; kip calls produce_arrays with numpy object "
-        f"columns, {CHUNK:,} records per call. `kip produce_arrays` without offsets is a "
-        "reference: the same engine with broker-assigned offsets. CPU is the contender's "
+        "same for all), 1 partition. For the offset copy, random gaps of 1.."
+        f"{MAX_GAP} offsets between records, at each gap rate (the share of steps that skip): "
+        + "; ".join(described(r) for r in rates) + ". Every run of consecutive offsets is "
+        "its own batch (KIP-WIRE: offset deltas 0..n-1) and a Produce request carries one "
+        "batch per partition (Kafka's rule), so the gap rate sets the request count. "
+        "acks=all, enable.idempotence=true, linger.ms=5 for all, each run to its own fresh "
+        "topic on the same broker. Each contender first delivers one record to a warm-up "
+        "topic (connection, metadata, producer id), then is timed from the first call to "
+        "flush() returning with every delivery report in; kip calls produce_arrays with numpy "
+        f"object columns, {CHUNK:,} records per call. `kip produce_arrays` without offsets is "
+        "a reference: the same engine with broker-assigned offsets. CPU is the contender's "
         "process (all threads), broker CPU the broker process's over the run; peak RSS the "
         "contender's VmHWM.",
-        f"Checked after every kip run: {checked}.",
+        "Checked after every offset-copy run: " + "; ".join(
+            f"gap rate {r:g}: {checked.get(r, '-')}" for r in rates) + ".",
         "",
         "| lane | offsets | records/s | MB/s | CPU s per 1M records | broker CPU s per 1M "
         "| peak RSS | vs confluent produce() |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, rate, cpu, bcpu, rss in rows:
-        kept = "kept, with gaps (KIP-391)" if name == KIP else "assigned by the broker"
-        lines.append(f"| {name} | {kept} | {rate / 1e6:.2f} M | "
-                     f"{rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f} | {cpu:.2f} | {bcpu:.2f} | "
-                     f"{rss:.0f} MiB | {rate / base:.2f}x |")
+    for name, rate, speed, cpu, bcpu, rss in rows:
+        kept = (f"kept, gap rate {rate:g} (KIP-391)" if name == KIP
+                else "assigned by the broker")
+        lines.append(f"| {name} | {kept} | {speed / 1e6:.2f} M | "
+                     f"{speed * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f} | {cpu:.2f} | {bcpu:.2f} | "
+                     f"{rss:.0f} MiB | {speed / base:.2f}x |")
     section = "\n".join(lines) + "\n"
     print(section)
     if args.write:
