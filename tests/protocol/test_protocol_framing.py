@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 
 import pytest
 from kio.schema.request_header.v1 import RequestHeader as KioRequestHeaderV1
@@ -13,7 +14,8 @@ from protocol_test_support import kio_read, kio_write
 
 from kipproducer.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
-    FrameSplitter,
+    FrameReceiver,
+    FrameTooLarge,
     ProtocolError,
     build_request,
     build_response,
@@ -131,18 +133,49 @@ class TestFrames:
 
         asyncio.run(scenario())
 
-    def test_frame_splitter(self) -> None:
-        frames = [bytes(encode_request_frame(i, "c", build_request(3, 12))) for i in range(3)]
+    def test_frame_receiver_cuts_any_chunking(self) -> None:
+        small = [bytes(encode_request_frame(i, "c", build_request(3, 12))) for i in range(3)]
+        big = bytes(encode_request_frame(9, "c", build_request(3, 12, topics=[
+            {"name": "t" * 200}] * 400)))  # larger than the scratch buffer
+        assert len(big) > FrameReceiver.SCRATCH_BYTES
+        frames = [small[0], big, small[1], big, small[2]]
         stream = b"".join(frames)
-        for chunk in (1, 3, 7, len(stream)):
-            splitter = FrameSplitter()
-            out: list[bytes] = []
+        for chunk in (1, 3, 7, 4096, 70_000, len(stream)):
+            receiver = FrameReceiver()
+            out: list[bytearray] = []
             for start in range(0, len(stream), chunk):
-                out += splitter.feed(stream[start : start + chunk])
+                out += receiver.feed(stream[start : start + chunk])
             assert out == [f[4:] for f in frames]
-            assert splitter.buffered == 0
-        with pytest.raises(ProtocolError, match="exceeds the maximum"):
-            FrameSplitter(max_bytes=8).feed(frames[0])
+            assert all(isinstance(f, bytearray) for f in out)
+            assert receiver.buffered == 0
+
+    def test_frame_receiver_socket_path_writes_large_frames_in_place(self) -> None:
+        payload = bytes(range(256)) * 1000
+        receiver = FrameReceiver()
+        stream = memoryview(struct.pack(">i", len(payload)) + payload)
+        got: list[bytearray] = []
+        targets = set()
+        while len(stream):
+            target = receiver.get_buffer()
+            targets.add(target.obj is receiver._scratch)
+            count = min(len(target), len(stream))
+            target[:count] = stream[:count]
+            stream = stream[count:]
+            got += receiver.received(count)
+        assert got == [bytearray(payload)]
+        assert targets == {True, False}  # scratch for the start, the frame's own buffer after
+
+    def test_frame_receiver_refuses_sizes_before_allocating(self) -> None:
+        frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
+        with pytest.raises(FrameTooLarge, match="outside 0..8") as info:
+            FrameReceiver(max_bytes=8).feed(frame)
+        assert info.value.size == len(frame) - 4 and info.value.limit == 8
+        with pytest.raises(FrameTooLarge):
+            FrameReceiver().feed(struct.pack(">i", -1))
+        receiver = FrameReceiver()
+        assert receiver.feed(frame[:2]) == [] and receiver.partial == 2
+        assert receiver.partial_size is None
+        assert receiver.feed(frame[2:6]) == [] and receiver.partial_size == len(frame) - 4
 
     def test_response_correlation_and_decode(self) -> None:
         body = build_response(3, 12, brokers=[{"node_id": 1, "host": "h", "port": 1}])

@@ -18,9 +18,13 @@ import itertools
 import logging
 import socket
 import struct
+import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from kipproducer.protocol import (
+    FrameReceiver,
+    FrameTooLarge,
     ProtocolError,
     build_response,
     decode_request,
@@ -52,16 +56,13 @@ class BrokerServer:
         self.host = host
         self.port = port
         self._server: asyncio.base_events.Server | None = None
-        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
+        self._connections: dict[asyncio.Task, ClientLink] = {}
         self._ids = itertools.count(1)
 
     async def start(self) -> tuple[str, int]:
-        self._server = await asyncio.start_server(
-            self._on_connection,
-            self.host,
-            self.port,
-            limit=1 << 20,
-            reuse_address=True,
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: ClientLink(self), self.host, self.port, reuse_address=True
         )
         sock = self._server.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
@@ -70,31 +71,22 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task, writer in list(self._connections.items()):
+        for task, link in list(self._connections.items()):
             task.cancel()
-            # Also drop the socket: before Python 3.12, asyncio.wait_for swallows a
-            # cancellation that races with the read it wraps completing (CPython gh-86296),
-            # and such a connection would go on waiting for its client's next request
-            # (up to connections.max.idle.ms) while stop() waits for it. The aborted transport
-            # ends that read at once.
-            writer.transport.abort()
+            link.abort()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = writer
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(self.broker, reader, writer, next(self._ids), str(peer[0]))
+    def connection_made(self, link: ClientLink) -> None:
+        peer = link.transport.get_extra_info("peername") or ("?", 0)
+        conn = Connection(self.broker, link, next(self._ids), str(peer[0]))
+        task = asyncio.get_running_loop().create_task(self._serve(conn))
+        self._connections[task] = link
+
+    async def _serve(self, conn: Connection) -> None:
         try:
             await conn.serve()
         except ConnectionClosed:
@@ -104,22 +96,137 @@ class BrokerServer:
         except Exception:  # a bug in a handler must not take other clients down
             log.exception("connection %s from %s failed; closing it", conn.id, conn.host)
         finally:
-            self._connections.pop(task, None)
-            writer.close()
+            self._connections.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            conn.link.close()
+
+
+class ClientLink(asyncio.BufferedProtocol):
+    """One client's socket: frames in (received in place, see FrameReceiver), bytes out.
+
+    Complete frames queue here until the connection's task takes them; reading pauses while
+    too many wait (a client pipelining faster than its requests are handled). A size prefix
+    above the limit stops reading and is reported to the task, which logs it and closes.
+    """
+
+    MAX_QUEUED_FRAMES = 16
+
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.receiver = FrameReceiver()
+        self.frames: deque[bytearray] = deque()
+        self.error: FrameTooLarge | None = None
+        self.eof = False
+        self.lost = False
+        self.partial_since = 0.0  # monotonic time the unfinished frame started arriving
+        self._reading_paused = False
+        self._waiter: asyncio.Future | None = None
+        self._writable: asyncio.Future | None = None  # set while the transport is paused
+
+    # -- asyncio protocol callbacks --
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.connection_made(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.receiver.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        had_partial = self.receiver.partial
+        try:
+            frames = self.receiver.received(nbytes)
+        except FrameTooLarge as exc:
+            self.error = exc
+            self.transport.pause_reading()
+            self._wake()
+            return
+        if self.receiver.partial and (frames or not had_partial):
+            # A request started: the task now waits request.read.timeout.ms, not the idle time.
+            self.partial_since = time.monotonic()
+            self._wake()
+        if frames:
+            self.frames.extend(frames)
+            if len(self.frames) >= self.MAX_QUEUED_FRAMES and not self._reading_paused:
+                self._reading_paused = True
+                self.transport.pause_reading()
+            self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return True  # keep the transport open: answers may still be written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    # -- for the connection's task --
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> None:
+        """Until something happens (a frame, EOF, an error) or ``timeout`` seconds pass
+        (TimeoutError)."""
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._waiter
+        finally:
+            self._waiter = None
+
+    def take_frame(self) -> bytearray | None:
+        if not self.frames:
+            return None
+        frame = self.frames.popleft()
+        if self._reading_paused and len(self.frames) <= self.MAX_QUEUED_FRAMES // 4:
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return frame
+
+    def discard_frames(self) -> None:
+        self.frames.clear()
+        if self._reading_paused:
+            self._reading_paused = False
+            self.transport.resume_reading()
+
+    async def write(self, parts: list) -> None:
+        """Write and wait while the transport's buffer is full (flow control)."""
+        if self.lost:
+            raise ConnectionClosed
+        self.transport.writelines(parts)
+        if self._writable is not None:
+            await self._writable
+            if self.lost:
+                raise ConnectionClosed
+
+    def close(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        self.transport.abort()
 
 
 class Connection:
-    def __init__(
-        self,
-        broker: Broker,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        conn_id: int,
-        host: str,
-    ) -> None:
+    def __init__(self, broker: Broker, link: ClientLink, conn_id: int, host: str) -> None:
         self.broker = broker
-        self.reader = reader
-        self.writer = writer
+        self.link = link
         self.id = conn_id
         self.host = host
         # Who the client is (User:ANONYMOUS until SASL says otherwise) and where it stands in
@@ -130,55 +237,62 @@ class Connection:
     def principal(self) -> str:
         return self.session.principal
 
-    async def read_frame(self) -> bytearray:
+    def frame_limit(self) -> tuple[int, str]:
         config = self.broker.config
-        try:
-            # asyncio.timeout, not wait_for: wait_for wraps the read in a new task, a cost
-            # paid twice per request.
-            async with asyncio.timeout(config.connections_max_idle_ms / 1000):
-                prefix = await self.reader.readexactly(4)
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                log.info("connection %s: closed inside a size prefix", self.id)
-            raise ConnectionClosed from None
-        except (TimeoutError, ConnectionError):
-            raise ConnectionClosed from None
-        (size,) = _SIZE.unpack(prefix)
-        limit, limit_name = config.socket_request_max_bytes, "socket.request.max.bytes"
+        limit, name = config.socket_request_max_bytes, "socket.request.max.bytes"
         if not self.session.authenticated and limit > config.sasl_server_max_receive_size:
             # Before SASL completes, only small frames (Kafka's sasl.server.max.receive.size):
             # an unauthenticated client must not make the broker buffer 100 MB.
-            limit, limit_name = config.sasl_server_max_receive_size, "sasl.server.max.receive.size"
-        if size < 0 or size > limit:
-            log.warning(
-                "connection %s from %s: frame size %d outside 0..%d (%s); closing",
-                self.id,
-                self.host,
-                size,
-                limit,
-                limit_name,
-            )
-            raise ConnectionClosed
-        try:
-            # bytearray: records fields decode to writable views, so the produce path can
-            # stamp offsets into the request's own buffer.
-            async with asyncio.timeout(config.request_read_timeout_ms / 1000):
-                return bytearray(await self.reader.readexactly(size))
-        except asyncio.IncompleteReadError:
-            log.info("connection %s: closed inside a %d-byte frame", self.id, size)
-            raise ConnectionClosed from None
-        except TimeoutError:
-            log.warning(
-                "connection %s from %s: a %d-byte request did not arrive within "
-                "%d ms (request.read.timeout.ms); closing",
-                self.id,
-                self.host,
-                size,
-                config.request_read_timeout_ms,
-            )
-            raise ConnectionClosed from None
-        except ConnectionError:
-            raise ConnectionClosed from None
+            limit, name = config.sasl_server_max_receive_size, "sasl.server.max.receive.size"
+        return limit, name
+
+    async def read_frame(self) -> bytearray:
+        """The client's next request frame. Closes (ConnectionClosed, with a log line where
+        something was wrong) on EOF, on a size outside the limit, after
+        connections.max.idle.ms without a request, or when a started request does not
+        arrive whole within request.read.timeout.ms (slow-loris)."""
+        config = self.broker.config
+        link = self.link
+        limit, limit_name = self.frame_limit()
+        link.receiver.max_bytes = limit
+        while True:
+            frame = link.take_frame()
+            if frame is not None:
+                return frame
+            if link.error is not None:
+                log.warning(
+                    "connection %s from %s: frame size %d outside 0..%d (%s); closing",
+                    self.id, self.host, link.error.size, link.error.limit, limit_name,
+                )
+                raise ConnectionClosed
+            partial = link.receiver.partial
+            if link.eof or link.lost:
+                if partial:
+                    size = link.receiver.partial_size
+                    if size is None:
+                        log.info("connection %s: closed inside a size prefix", self.id)
+                    else:
+                        log.info("connection %s: closed inside a %d-byte frame", self.id, size)
+                raise ConnectionClosed
+            if partial:
+                timeout = (link.partial_since + config.request_read_timeout_ms / 1000
+                           - time.monotonic())
+            else:
+                timeout = config.connections_max_idle_ms / 1000
+            try:
+                await link.wait(max(timeout, 0))
+            except TimeoutError:
+                if not link.receiver.partial:
+                    raise ConnectionClosed from None  # idle too long
+                if link.frames or link.error is not None:
+                    continue
+                log.warning(
+                    "connection %s from %s: a %s-byte request did not arrive within "
+                    "%d ms (request.read.timeout.ms); closing",
+                    self.id, self.host, link.receiver.partial_size or "?",
+                    config.request_read_timeout_ms,
+                )
+                raise ConnectionClosed from None
 
     async def serve(self) -> None:
         while True:
@@ -248,31 +362,29 @@ class Connection:
         connection closes connection.failed.authentication.delay.ms later. Meanwhile input is
         read and dropped: closing a socket with unread input makes the kernel send RST, which
         can destroy the answer before the client reads it."""
-        delay = self.broker.config.connection_failed_authentication_delay_ms / 1000
-        try:
-            async with asyncio.timeout(delay):
-                while await self.reader.read(1 << 16):
-                    pass
-        except (TimeoutError, ConnectionError, OSError):
-            pass
+        link = self.link
+        deadline = time.monotonic() + (
+            self.broker.config.connection_failed_authentication_delay_ms / 1000)
+        link.receiver.max_bytes = 2**31 - 1  # dropped anyway
+        while not (link.eof or link.lost):
+            link.discard_frames()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                await link.wait(remaining)
+            except TimeoutError:
+                break
 
     async def exchange_raw_token(self, frame: bytearray) -> None:
         """After a v0 SaslHandshake, SASL tokens travel as bare frames (no Kafka header)."""
         reply = await self.session.raw_token(bytes(frame))
         if reply is None:  # failed: Kafka closes without an answer in this flow
             raise ConnectionClosed
-        try:
-            self.writer.write(_SIZE.pack(len(reply)) + reply)
-            await self.writer.drain()
-        except ConnectionError:
-            raise ConnectionClosed from None
+        await self.link.write([_SIZE.pack(len(reply)), reply])
 
     async def send(self, correlation_id: int, body) -> None:
-        try:
-            self.writer.writelines(encode_response_frame_parts(correlation_id, body))
-            await self.writer.drain()
-        except ConnectionError:
-            raise ConnectionClosed from None
+        await self.link.write(encode_response_frame_parts(correlation_id, body))
 
 
 def api_versions_table() -> list[dict]:

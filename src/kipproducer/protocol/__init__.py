@@ -27,7 +27,8 @@ from .errors import ProtocolError
 from .field_specs import normalize
 from .framing import (
     DEFAULT_MAX_FRAME_BYTES,
-    FrameSplitter,
+    FrameReceiver,
+    FrameTooLarge,
     Request,
     RequestHeader,
     Response,
@@ -82,7 +83,8 @@ __all__ = [
     "PRODUCE_RESPONSE_CLASSES",
     "SPILL_MIN_BYTES",
     "ErrorInfo",
-    "FrameSplitter",
+    "FrameReceiver",
+    "FrameTooLarge",
     "KafkaErrorCode",
     "ProduceMode",
     "ProduceResponseClasses",

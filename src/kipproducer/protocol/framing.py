@@ -89,32 +89,120 @@ async def read_frame(
         ) from None
 
 
-class FrameSplitter:
-    """Cut a byte stream into frames, for code that reads sockets itself."""
+class FrameTooLarge(ProtocolError):
+    """A size prefix outside 0..limit; nothing was allocated for the frame."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame size {size} outside 0..{limit}")
+        self.size = size
+        self.limit = limit
+
+
+class FrameReceiver:
+    """Cuts a byte stream into frames with as few copies as the sizes allow.
+
+    Made for ``asyncio.BufferedProtocol``: :meth:`get_buffer` says where the socket's next bytes
+    go, :meth:`received` takes how many came and returns the frames they completed. Small
+    frames are read, several per receive, into a scratch buffer and copied out; a frame larger
+    than the scratch buffer gets its own ``bytearray`` and the socket writes the rest of it
+    there directly (one receive per frame, no copy of its bulk). Every frame is a fresh
+    ``bytearray``: writable, so the produce path can stamp offsets into it in place.
+
+    ``max_bytes`` is checked on each size prefix before anything is allocated for the frame
+    (:class:`FrameTooLarge`); it may change between frames (a tighter limit before SASL
+    authentication). :meth:`feed` does the same for code that already holds the bytes.
+    """
+
+    SCRATCH_BYTES: Final = 64 * 1024
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        self._pending = bytearray()
-        self._max_bytes = max_bytes
+        self.max_bytes = max_bytes
+        self._scratch = bytearray(self.SCRATCH_BYTES)
+        self._start = 0  # unparsed bytes are _scratch[_start:_end]
+        self._end = 0
+        self._body: bytearray | None = None  # a large frame being received in place
+        self._filled = 0
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        """Add received bytes; return the frames completed by them (maybe none)."""
-        self._pending += data
-        frames = []
-        pos = 0
-        pending = self._pending
-        while len(pending) - pos >= 4:
-            size = frame_size(bytes(pending[pos : pos + 4]), self._max_bytes)
-            if len(pending) - pos - 4 < size:
-                break
-            frames.append(bytes(pending[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
-            del pending[:pos]
+    @property
+    def partial(self) -> int:
+        """Bytes of an unfinished frame (size prefix included) held so far; 0 between frames."""
+        if self._body is not None:
+            return 4 + self._filled
+        return self._end - self._start
+
+    @property
+    def partial_size(self) -> int | None:
+        """The announced size of the unfinished frame, when its prefix has arrived."""
+        if self._body is not None:
+            return len(self._body)
+        if self._end - self._start >= 4:
+            return _INT32.unpack_from(self._scratch, self._start)[0]
+        return None
+
+    def get_buffer(self) -> memoryview:
+        if self._body is not None:
+            return memoryview(self._body)[self._filled :]
+        if self._end == len(self._scratch) or (
+            self._start and len(self._scratch) - self._end < 4096
+        ):
+            # Move the unparsed tail to the front to make room.
+            tail = self._end - self._start
+            self._scratch[:tail] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, tail
+        return memoryview(self._scratch)[self._end :]
+
+    def received(self, count: int) -> list[bytearray]:
+        if self._body is not None:
+            self._filled += count
+            if self._filled < len(self._body):
+                return []
+            frame, self._body = self._body, None
+            return [frame]
+        self._end += count
+        return self._cut()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
+        """Take bytes already received; the frames they complete (maybe none)."""
+        frames: list[bytearray] = []
+        view = memoryview(data).cast("B")
+        while len(view):
+            target = self.get_buffer()
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            view = view[count:]
+            frames += self.received(count)
+        return frames
+
+    def _cut(self) -> list[bytearray]:
+        frames: list[bytearray] = []
+        scratch = self._scratch
+        start, end = self._start, self._end
+        while end - start >= 4:
+            (size,) = _INT32.unpack_from(scratch, start)
+            if size < 0 or size > self.max_bytes:
+                self._start = start
+                raise FrameTooLarge(size, self.max_bytes)
+            have = end - start - 4
+            if have >= size:
+                frames.append(scratch[start + 4 : start + 4 + size])
+                start += 4 + size
+                continue
+            if 4 + size > len(scratch):
+                # Too big for the scratch buffer: its own buffer, filled in place from now on.
+                body = bytearray(size)
+                body[:have] = scratch[start + 4 : end]
+                self._body, self._filled = body, have
+                start = end
+            break
+        if start == end:
+            start = end = 0
+        self._start, self._end = start, end
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._pending)
+        """Bytes received and not yet handed out as a frame."""
+        return self.partial
 
 
 # -- broker side: requests in, responses out -------------------------------------------
