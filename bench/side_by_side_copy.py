@@ -31,7 +31,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -280,7 +279,9 @@ def main(argv=None) -> None:
     # rate, so they run once per round; the offset copy runs once per rate.
     jobs = [(CONFLUENT, rates[0]), *[(KIP, rate) for rate in rates], (KIP_ASSIGNED, rates[0])]
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    data_dir = tempfile.mkdtemp(prefix="kip-bench-copy-")
+    from results_file import broker_data_dir
+
+    data_dir, data_where = broker_data_dir("kip-bench-copy-")
     proc, bootstrap = start_broker(data_dir)
     results: dict[tuple[str, float], list[dict]] = {job: [] for job in jobs}
     checked: dict[float, str] = {}
@@ -339,7 +340,8 @@ def main(argv=None) -> None:
         f"Command: `PYTHONPATH=src python bench/side_by_side_copy.py --records {n} --repeat "
         f"{args.repeat} --gap-rate {','.join(f'{r:g}' for r in rates)}` (median of "
         f"{args.repeat} alternating runs, one process per run; whole run {took:.0f} s).",
-        f"Machine: {machine()}; client and `kip broker` share it, on loopback; 1-minute load "
+        f"Machine: {machine()}; client and `kip broker` share it, on loopback; the broker's "
+        f"data dir {data_where}; 1-minute load "
         f"average {load0:.2f} before and {load1:.2f} after.",
         f"Versions: {versions()}.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values (random, the "

@@ -23,7 +23,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -159,7 +158,9 @@ def main(argv=None) -> None:
         print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic)))
         return
 
-    data_dir = tempfile.mkdtemp(prefix="kip-bench-producer-")
+    from results_file import broker_data_dir
+
+    data_dir, data_where = broker_data_dir("kip-bench-producer-")
     proc, bootstrap = start_broker(data_dir)
     results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
     try:
@@ -205,7 +206,7 @@ def main(argv=None) -> None:
         f"--repeat {args.repeat}` (median of {args.repeat} alternating runs, one process per "
         "run).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and `kip broker` share "
-        "them, on loopback.",
+        f"them, on loopback; the broker's data dir {data_where}.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, acks=all, "
         "enable.idempotence=true, linger.ms=5, 1 partition, each contender to its own topic on "
         "the same broker. Each contender first delivers one record to a warm-up topic through "

@@ -632,6 +632,11 @@ cdef class RecordAccumulator:
             if not per_record_part:
                 st = self._state(topic, part)
             for i in range(n):
+                if (i & 8191) == 8191:
+                    # A long call holds the GIL for milliseconds: let the sender thread in
+                    # now and then, so batches already closed go out while the rest appends.
+                    with nogil:
+                        pass
                 if per_record_part:
                     st = self._state(topic, part_arr[i])
                 column_get(&vcol, i, &vb)
