@@ -35,7 +35,7 @@ from ..storage.log_config import (
     SOURCE_STATIC_BROKER_CONFIG,
     TYPE_LIST,
 )
-from .common import INVALID_CONFIG, logs_of
+from .common import INVALID_CONFIG, logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -404,12 +404,9 @@ async def delete_records(ctx: RequestContext, body):
                 "low_watermark": -1,
                 "error_code": ec.NONE,
             }
-            if not deletable:
-                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
-            elif info is None or not 0 <= p.partition_index < info.partitions:
-                answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
-            else:
-                log_ = logs.get_log(topic.name, p.partition_index)
+            log_, answer["error_code"] = partition_log(
+                logs, info, topic.name, p.partition_index, deletable)
+            if log_ is not None:
                 target = log_.high_watermark if p.offset == -1 else p.offset
                 try:
                     answer["low_watermark"] = log_.delete_records_before(target)

@@ -18,7 +18,7 @@ from kipproducer.protocol import error_codes as ec
 from ..api import RequestContext, handles
 from ..security.checks import may_describe_topic, may_read_topic
 from ..storage.errors import OffsetOutOfRangeError, UnknownTopicError
-from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of
+from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of, partition_log
 
 FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
 
@@ -149,15 +149,11 @@ async def list_offsets(ctx: RequestContext, body):
             }
             if v >= 4:
                 answer["leader_epoch"] = LEADER_EPOCH
-            if not describable:
-                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
+            log, answer["error_code"] = partition_log(
+                logs, info, topic.name, p.partition_index, describable)
+            if log is None:
                 partitions.append(answer)
                 continue
-            if info is None or not 0 <= p.partition_index < info.partitions:
-                answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
-                partitions.append(answer)
-                continue
-            log = logs.get_log(topic.name, p.partition_index)
             ts = p.timestamp
             if ts == LATEST:
                 answer["offset"] = log.high_watermark
@@ -196,14 +192,11 @@ async def offset_for_leader_epoch(ctx: RequestContext, body):
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            if not describable:
-                answer["error_code"] = ec.TOPIC_AUTHORIZATION_FAILED
-            elif info is None or not 0 <= p.partition < info.partitions:
-                answer["error_code"] = ec.UNKNOWN_TOPIC_OR_PARTITION
-            elif p.current_leader_epoch > LEADER_EPOCH:
+            log, answer["error_code"] = partition_log(
+                logs, info, topic.topic, p.partition, describable)
+            if log is not None and p.current_leader_epoch > LEADER_EPOCH:
                 answer["error_code"] = ec.error_code("UNKNOWN_LEADER_EPOCH")
-            elif p.leader_epoch <= LEADER_EPOCH:
-                log = logs.get_log(topic.topic, p.partition)
+            elif log is not None and p.leader_epoch <= LEADER_EPOCH:
                 answer.update(leader_epoch=LEADER_EPOCH, end_offset=log.log_end_offset)
             partitions.append(answer)
         topics.append({"topic": topic.topic, "partitions": partitions})

@@ -32,7 +32,7 @@ from ..security.checks import (
 )
 from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
 from ..storage.log_config import LONG_MAX
-from .common import logs_of
+from .common import logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -317,17 +317,11 @@ async def describe_producers(ctx: RequestContext, body):
         readable = may_read_topic(ctx, topic.name)
         partitions = []
         for index in topic.partition_indexes:
-            if not readable:
-                partitions.append(
-                    {"partition_index": index, "error_code": ec.TOPIC_AUTHORIZATION_FAILED}
-                )
+            log, code = partition_log(logs, info, topic.name, index, readable)
+            if log is None:
+                partitions.append({"partition_index": index, "error_code": code})
                 continue
-            if info is None or not 0 <= index < info.partitions:
-                partitions.append(
-                    {"partition_index": index, "error_code": ec.UNKNOWN_TOPIC_OR_PARTITION}
-                )
-                continue
-            state = logs.get_log(topic.name, index).producer_state
+            state = log.producer_state
             partitions.append(
                 {
                     "partition_index": index,
