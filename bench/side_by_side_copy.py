@@ -332,8 +332,8 @@ def main(argv=None) -> None:
     def described(rate: float) -> str:
         _, _, offsets = workload(n, rate)
         gaps = int(np.count_nonzero(np.diff(offsets) > 1))
-        return (f"gap rate {rate:g}: offsets 0..{int(offsets[-1]):,} with {gaps:,} gaps, so "
-                f"at least {gaps + 1:,} batches")
+        return (f"gap rate {rate:g}: offsets 0..{int(offsets[-1]):,} with {gaps:,} gaps "
+                f"({gaps + 1:,} runs of consecutive offsets)")
 
     lines = [
         HEADING, "",
