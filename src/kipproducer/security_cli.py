@@ -25,8 +25,8 @@ from .broker.security.acls import (
     ResourceType,
 )
 from .broker.security.errors import SecurityError
-from .broker.security.scram import DEFAULT_ITERATIONS
 from .broker.security.users import SCRAM_MECHANISMS
+from .sasl.scram import DEFAULT_ITERATIONS
 
 Op, Res = AclOperation, ResourceType
 

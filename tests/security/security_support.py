@@ -22,7 +22,7 @@ from integration_support import BrokerFactory  # noqa: E402,F401  (re-exported)
 from raw_client import RawClient  # noqa: E402
 
 from kipproducer.broker.security import AclBinding  # noqa: E402
-from kipproducer.broker.security.scram import ScramClient  # noqa: E402
+from kipproducer.sasl.scram import ScramClient  # noqa: E402
 
 ALL_MECHANISMS = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
 ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"

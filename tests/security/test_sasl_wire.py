@@ -11,9 +11,9 @@ import logging
 import pytest
 from security_support import ALL_MECHANISMS, connect
 
-from kipproducer.broker.security.scram import ScramClient
 from kipproducer.protocol import build_request, encode_request_frame
 from kipproducer.protocol import error_codes as ec
+from kipproducer.sasl.scram import ScramClient
 
 PLAIN_TOKEN = b"\0alice\0alice-pw"
 SASL_AUTHENTICATION_FAILED = 58

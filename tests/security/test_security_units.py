@@ -21,10 +21,10 @@ from kipproducer.broker.security import (
     ResourceType,
     UserStore,
 )
-from kipproducer.broker.security import scram as scram_module
 from kipproducer.broker.security.authorizer import parse_super_users
 from kipproducer.broker.security.sasl import PlainServer
-from kipproducer.broker.security.scram import (
+from kipproducer.sasl import scram as scram_module
+from kipproducer.sasl.scram import (
     ScramClient,
     ScramServer,
     credential_from_salted_password,

@@ -1,4 +1,10 @@
-"""What the engine knows of the cluster: brokers, topics, partition leaders, connections."""
+"""What the engine knows of the cluster: brokers, topics, partition leaders, connections.
+
+Every connection, the metadata ones included, authenticates with the configured SASL
+settings. A refused authentication is remembered for ``auth_retry_backoff_s``: meanwhile no
+connection is attempted and :meth:`Cluster.authentication_failure` tells the engine, which
+fails the records waiting to be sent instead of retrying them until delivery.timeout.ms.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,8 @@ from dataclasses import dataclass, field
 from kipproducer.protocol import build_request
 from kipproducer.protocol import error_codes as ec
 
-from .connection import BrokerConnection, BrokerConnectionError
+from .config import SaslSettings
+from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
 
 log = logging.getLogger("kipproducer.engine")
 
@@ -32,8 +39,13 @@ class TopicMetadata:
 class Cluster:
     def __init__(self, bootstrap: list[tuple[str, int]], client_id: str, *,
                  request_timeout_s: float, connect_timeout_s: float,
-                 allow_auto_create_topics: bool = True) -> None:
+                 allow_auto_create_topics: bool = True, sasl: SaslSettings | None = None,
+                 auth_retry_backoff_s: float = 1.0) -> None:
         self.bootstrap = bootstrap
+        self.sasl = sasl
+        self.auth_retry_backoff_s = auth_retry_backoff_s
+        # The last refused authentication: (its message, monotonic time it stops holding).
+        self._auth_failure: tuple[str, float] | None = None
         self.allow_auto_create_topics = allow_auto_create_topics
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
@@ -64,12 +76,30 @@ class Cluster:
             host, port = self.bootstrap[(-node_id - 1) % len(self.bootstrap)]
         else:
             host, port = self.brokers[node_id]
+        held = self.authentication_failure()
+        if held is not None:
+            # Refused a moment ago: the same credentials would be refused again.
+            raise BrokerAuthenticationError(held)
         conn = BrokerConnection(node_id, host, port, self.client_id,
                                 request_timeout_s=self.request_timeout_s,
-                                connect_timeout_s=self.connect_timeout_s)
-        await conn.connect()
+                                connect_timeout_s=self.connect_timeout_s, sasl=self.sasl)
+        try:
+            await conn.connect()
+        except BrokerAuthenticationError as exc:
+            log.error("%s", exc)
+            self._auth_failure = (str(exc), time.monotonic() + self.auth_retry_backoff_s)
+            raise
+        self._auth_failure = None
         self._connections[node_id] = conn
         return conn
+
+    def authentication_failure(self) -> str | None:
+        """Why the last connection attempt was refused authentication, while that holds
+        (``auth_retry_backoff_s`` after it); None otherwise."""
+        failure = self._auth_failure
+        if failure is None or time.monotonic() >= failure[1]:
+            return None
+        return failure[0]
 
     async def any_connection(self) -> BrokerConnection:
         """A connection to some broker: a known one if possible, else a bootstrap address."""
@@ -81,6 +111,8 @@ class Cluster:
         for node_id in candidates:
             try:
                 return await self.connection(node_id)
+            except BrokerAuthenticationError:
+                raise  # every broker checks the same credentials: no use asking the others
             except (BrokerConnectionError, KeyError) as exc:
                 errors.append(str(exc))
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))

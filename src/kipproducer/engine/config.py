@@ -8,8 +8,10 @@ value is documented here with its librdkafka default (see docs/producer.md for t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from kipproducer.sasl import MECHANISMS
 
 #: kipproducer's own properties and their defaults.
 KIP_PROPERTIES: dict[str, Any] = {
@@ -41,6 +43,67 @@ def _acks(value: Any) -> int:
     if acks not in (-1, 0, 1):
         raise ValueError("expected all, -1, 0 or 1")
     return acks
+
+
+#: security.protocol values librdkafka knows; the engine speaks the first two.
+SECURITY_PROTOCOLS = ("plaintext", "sasl_plaintext", "ssl", "sasl_ssl")
+#: librdkafka's default sasl.mechanism.
+DEFAULT_SASL_MECHANISM = "GSSAPI"
+
+
+def _security_protocol(value: Any) -> str:
+    text = str(value).strip().lower()
+    if text not in SECURITY_PROTOCOLS:
+        raise ValueError("expected plaintext, ssl, sasl_plaintext or sasl_ssl")
+    return text
+
+
+@dataclass(frozen=True)
+class SaslSettings:
+    """How the engine's connections authenticate (security.protocol=SASL_PLAINTEXT)."""
+
+    mechanism: str            # PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    username: str
+    password: str = field(repr=False)
+
+
+def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
+    """The SASL settings of ``props`` (None: plaintext); ConfigError for what the engine cannot
+    speak. librdkafka's names and defaults; on a name given twice (``sasl.mechanism`` and its
+    alias ``sasl.mechanisms``) the later one wins, as in librdkafka."""
+    protocol, mechanism, username, password = "plaintext", DEFAULT_SASL_MECHANISM, None, None
+    for name, raw in props.items():
+        if name == "security.protocol":
+            try:
+                protocol = _security_protocol(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{name}={raw!r}: {exc}") from None
+        elif name in ("sasl.mechanism", "sasl.mechanisms"):
+            mechanism = str(raw).strip()
+        elif name == "sasl.username":
+            username = str(raw)
+        elif name == "sasl.password":
+            password = str(raw)
+    if protocol in ("ssl", "sasl_ssl"):
+        raise ConfigError(
+            f"security.protocol={protocol.upper()}: TLS is not supported by kipproducer's "
+            "sending engine yet (produce_arrays, produce_batch, append, produce(offset=...) "
+            "go through it); use PLAINTEXT or SASL_PLAINTEXT")
+    if protocol == "plaintext":
+        return None  # sasl.* are then ignored, as librdkafka does (it only warns)
+    if mechanism not in MECHANISMS:
+        hint = ""
+        if mechanism.upper() in MECHANISMS:
+            hint = f" (mechanism names are case-sensitive: {mechanism.upper()})"
+        elif mechanism == DEFAULT_SASL_MECHANISM:
+            hint = " (librdkafka's default when sasl.mechanism is not set)"
+        raise ConfigError(
+            f"sasl.mechanism={mechanism!r}{hint} is not supported by kipproducer's sending "
+            f"engine; with security.protocol=SASL_PLAINTEXT use one of {', '.join(MECHANISMS)}")
+    if not username or password is None:
+        raise ConfigError(
+            f"sasl.username and sasl.password must be set for sasl.mechanism={mechanism}")
+    return SaslSettings(mechanism, username, password)
 
 
 def _servers(value: Any) -> list[tuple[str, int]]:
@@ -86,10 +149,24 @@ class EngineConfig:
     # allow.auto.create.topics: librdkafka's producer default is true (the broker must allow
     # it too), so a topic the librdkafka lane would create is created for the bulk lane too.
     allow_auto_create_topics: bool = True
+    # security.protocol / sasl.mechanism(s) / sasl.username / sasl.password: None is
+    # PLAINTEXT (librdkafka's default); TLS is refused (ConfigError).
+    sasl: SaslSettings | None = None
+
+    @classmethod
+    def check_engine_properties(cls, props: Mapping[str, Any]) -> None:
+        """ConfigError for what the engine cannot run with: the kip.* checks, and a security
+        setup it cannot speak (TLS, a SASL mechanism other than PLAIN / SCRAM-SHA-256 /
+        SCRAM-SHA-512). Checked when the engine starts (the first bulk or KIP call), not
+        when the Producer is built: librdkafka's own lane speaks TLS and GSSAPI, and a
+        drop-in Producer must keep working for code that never uses the engine."""
+        _sasl_settings(props)
+        cls.check_kip_properties(props)
 
     @classmethod
     def check_kip_properties(cls, props: Mapping[str, Any]) -> None:
-        """ConfigError for an unknown kip.* property or a bad value of a known one."""
+        """ConfigError for an unknown kip.* property or a bad value of a known one (the
+        Producer checks these when it is built)."""
         for name, raw in props.items():
             if not name.startswith("kip."):
                 continue
@@ -104,7 +181,7 @@ class EngineConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any]) -> EngineConfig:
-        cls.check_kip_properties(props)
+        cls.check_engine_properties(props)
         readers: dict[str, tuple[str, Any]] = {
             "bootstrap.servers": ("bootstrap_servers", _servers),
             "metadata.broker.list": ("bootstrap_servers", _servers),
@@ -148,6 +225,7 @@ class EngineConfig:
                 raise ConfigError(f"{name}={raw!r}: {exc}") from None
         if "bootstrap_servers" not in values:
             raise ConfigError("bootstrap.servers is required")
+        values["sasl"] = _sasl_settings(props)
         config = cls(**values)
         if config.compression in ("none", ""):
             config.compression = None

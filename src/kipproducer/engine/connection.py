@@ -5,6 +5,14 @@ guarantee) and are matched by correlation id. On connect the connection negotiat
 versions (ApiVersions v3, falling back to v0 as KIP-511 describes) and records the broker's
 supported features (KIP-584), which is how the engine learns whether a broker implements the
 kipproducer wire extensions.
+
+With SASL configured (security.protocol=SASL_PLAINTEXT) the connection then authenticates as
+Kafka's clients do (KIP-43, KIP-152): SaslHandshake v1 naming the mechanism, then
+SaslAuthenticate carrying the mechanism's tokens (PLAIN: one; SCRAM: client-first and
+client-final, and the broker's signature is checked). Only then is the connection handed out.
+A refusal is a :class:`BrokerAuthenticationError`: retrying with the same credentials would be
+refused again. Re-authentication (KIP-368) is not done: a broker that ends the session closes
+the connection, and the engine reconnects as after any lost connection.
 """
 
 from __future__ import annotations
@@ -26,25 +34,40 @@ from kipproducer.protocol import (
 )
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.schemas import version_range
+from kipproducer.sasl import PLAIN, plain_token
+from kipproducer.sasl.errors import AuthenticationFailed
+from kipproducer.sasl.scram import ScramClient
+
+from .config import SaslSettings
 
 log = logging.getLogger("kipproducer.engine")
 
-API_VERSIONS = 18
+SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+UNSUPPORTED_SASL_MECHANISM = ec.error_code("UNSUPPORTED_SASL_MECHANISM")
+ILLEGAL_SASL_STATE = ec.error_code("ILLEGAL_SASL_STATE")
 
 
 class BrokerConnectionError(ConnectionError):
     """The connection failed or was lost; requests on it did not get an answer."""
 
 
+class BrokerAuthenticationError(BrokerConnectionError):
+    """SASL authentication failed: the broker refused the mechanism or the credentials (its
+    message is kept), or it could not prove it knows the SCRAM credential. Not retriable: the
+    same credentials would be refused again (librdkafka reports this as _AUTHENTICATION)."""
+
+
 class BrokerConnection:
     def __init__(self, node_id: int, host: str, port: int, client_id: str, *,
-                 request_timeout_s: float = 30.0, connect_timeout_s: float = 10.0) -> None:
+                 request_timeout_s: float = 30.0, connect_timeout_s: float = 10.0,
+                 sasl: SaslSettings | None = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
+        self.sasl = sasl
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.features: dict[str, tuple[int, int]] = {}
         self._reader: asyncio.StreamReader | None = None
@@ -76,7 +99,14 @@ class BrokerConnection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._closed_error = None
         self._read_task = asyncio.create_task(self._read_loop())
-        await self._negotiate()
+        try:
+            await self._negotiate()
+            if self.sasl is not None:
+                await self._authenticate(self.sasl)
+        except BaseException:
+            # Not handed out: close it here (the broker closes a failed SASL connection too).
+            await self.close()
+            raise
 
     async def _negotiate(self) -> None:
         ours = version_range(API_VERSIONS)
@@ -94,6 +124,61 @@ class BrokerConnection:
                              for k in response.api_keys}
         features = getattr(response, "supported_features", ()) or ()
         self.features = {f.name: (f.min_version, f.max_version) for f in features}
+
+    async def _authenticate(self, sasl: SaslSettings) -> None:
+        """SaslHandshake v1 + SaslAuthenticate; BrokerAuthenticationError on any refusal."""
+        where = (f"broker {self.node_id} at {self.host}:{self.port}" if self.node_id >= 0
+                 else f"bootstrap broker {self.host}:{self.port}")
+        try:
+            self.version_for(SASL_HANDSHAKE, 1, 1)
+            version = self.version_for(SASL_AUTHENTICATE, 2)
+        except BrokerConnectionError as exc:
+            raise BrokerAuthenticationError(
+                f"SASL authentication with {where} is impossible: {exc}") from None
+        shake = await self.request(SASL_HANDSHAKE, 1, build_request(
+            SASL_HANDSHAKE, 1, mechanism=sasl.mechanism))
+        if shake.error_code == UNSUPPORTED_SASL_MECHANISM:
+            offered = ", ".join(shake.mechanisms or ()) or "none"
+            raise BrokerAuthenticationError(
+                f"{where} does not accept SASL mechanism {sasl.mechanism} (sasl.mechanism); "
+                f"its listener enables: {offered}")
+        if shake.error_code == ILLEGAL_SASL_STATE:
+            raise BrokerAuthenticationError(
+                f"{where} has no SASL on this listener (ILLEGAL_SASL_STATE): "
+                "security.protocol=SASL_PLAINTEXT does not match it")
+        if shake.error_code != ec.NONE:
+            raise BrokerAuthenticationError(
+                f"{where} refused SaslHandshake for {sasl.mechanism}: "
+                f"{ec.error_name(shake.error_code)}")
+        if sasl.mechanism == PLAIN:
+            await self._sasl_step(version, plain_token(sasl.username, sasl.password), where)
+        else:
+            scram = ScramClient(sasl.mechanism, sasl.username, sasl.password)
+            server_first = await self._sasl_step(version, scram.first(), where)
+            try:
+                client_final = scram.final(server_first)
+            except (AuthenticationFailed, KeyError, ValueError) as exc:
+                raise BrokerAuthenticationError(
+                    f"{where} sent an unusable SCRAM server-first message: {exc!r}") from None
+            server_final = await self._sasl_step(version, client_final, where)
+            try:
+                scram.verify(server_final)
+            except (AuthenticationFailed, KeyError, ValueError) as exc:
+                # A broker without our credential cannot sign the exchange: not to be trusted.
+                raise BrokerAuthenticationError(
+                    f"{where} failed SCRAM server authentication: {exc}") from None
+        log.debug("authenticated to %s as %s with %s", where, sasl.username, sasl.mechanism)
+
+    async def _sasl_step(self, version: int, token: bytes, where: str) -> bytes:
+        """One SaslAuthenticate round trip: our token out, the broker's token back."""
+        answer = await self.request(SASL_AUTHENTICATE, version, build_request(
+            SASL_AUTHENTICATE, version, auth_bytes=token))
+        if answer.error_code != ec.NONE:
+            # The broker's message says why (SASL_AUTHENTICATION_FAILED: "Authentication
+            # failed with SASL mechanism ...: invalid username or password").
+            reason = answer.error_message or ec.error_name(answer.error_code)
+            raise BrokerAuthenticationError(f"SASL authentication with {where} failed: {reason}")
+        return bytes(answer.auth_bytes)
 
     def version_for(self, api_key: int, wanted_max: int, wanted_min: int = 0) -> int:
         """The highest version both sides speak; BrokerConnectionError if none."""

@@ -45,7 +45,7 @@ from kipproducer.protocol.wire_extensions import (
 
 from .cluster import Cluster
 from .config import EngineConfig
-from .connection import BrokerConnection, BrokerConnectionError
+from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
 
 log = logging.getLogger("kipproducer.engine")
 
@@ -67,6 +67,8 @@ PURGE_QUEUE = KafkaError._PURGE_QUEUE
 # UNKNOWN_TOPIC_OR_PART (once topic.metadata.propagation.max.ms has passed); so does the engine.
 UNKNOWN_TOPIC = ec.UNKNOWN_TOPIC_OR_PARTITION
 UNKNOWN_PARTITION = KafkaError._UNKNOWN_PARTITION
+# SASL authentication refused (librdkafka's local code for it); not retriable.
+AUTHENTICATION = KafkaError._AUTHENTICATION
 
 # Errors after which the leader may have moved: refresh metadata before retrying.
 _METADATA_ERRORS = {ec.NOT_LEADER_OR_FOLLOWER, ec.LEADER_NOT_AVAILABLE,
@@ -267,6 +269,8 @@ class Engine:
             try:
                 await self.cluster.refresh([topic])
             except (BrokerConnectionError, OSError) as exc:
+                if isinstance(exc, BrokerAuthenticationError):  # asking again cannot help
+                    raise LookupError(AUTHENTICATION, str(exc)) from None
                 # A connection lost mid-request is no answer: ask again, as librdkafka does.
                 if time.monotonic() > deadline:
                     raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
@@ -350,7 +354,9 @@ class Engine:
         self.cluster = Cluster(config.bootstrap_servers, config.client_id,
                                request_timeout_s=config.request_timeout_ms / 1000,
                                connect_timeout_s=config.socket_timeout_ms / 1000,
-                               allow_auto_create_topics=config.allow_auto_create_topics)
+                               allow_auto_create_topics=config.allow_auto_create_topics,
+                               sasl=config.sasl,
+                               auth_retry_backoff_s=config.retry_backoff_max_ms / 1000)
         self._ready.set()
         try:
             self._loop.run_until_complete(self._sender())
@@ -474,6 +480,9 @@ class Engine:
 
     async def _dispatch(self) -> list[asyncio.Task]:
         """Send every partition's next batch whose leader can take a request now."""
+        refused = self.cluster.authentication_failure()
+        if refused is not None:  # SASL refused us: what waits fails now, not at its timeout
+            self._fail_waiting(kafka_error(AUTHENTICATION, refused))
         if self._fatal is not None or (self.config.enable_idempotence
                                        and self._producer_id < 0):
             # Nothing can be sent until there is a producer id (or ever, after a fatal
@@ -635,6 +644,10 @@ class Engine:
                 continue
             if meta.error_code == ec.UNKNOWN_TOPIC_OR_PARTITION:
                 error = kafka_error(UNKNOWN_TOPIC, f"topic {sender.topic} does not exist")
+            elif meta.error_code == ec.TOPIC_AUTHORIZATION_FAILED:
+                # As librdkafka: no Describe on the topic (ACLs) fails its records now.
+                error = kafka_error(ec.TOPIC_AUTHORIZATION_FAILED,
+                                    f"not authorized to access topic {sender.topic}")
             elif meta.error_code == ec.NONE and sender.partition >= meta.partition_count:
                 # As librdkafka: a partition the topic does not have fails now, not after
                 # delivery.timeout.ms.

@@ -15,6 +15,12 @@ from typing import Any, TypeVar
 
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
+from kipproducer.sasl.scram import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    ScramCredential,
+    credential_from_salted_password,
+)
 
 from ..api import RequestContext, handles
 from ..security import checks
@@ -27,12 +33,6 @@ from ..security.acls import (
     ResourceType,
 )
 from ..security.errors import StoreError
-from ..security.scram import (
-    MAX_ITERATIONS,
-    MIN_ITERATIONS,
-    ScramCredential,
-    credential_from_salted_password,
-)
 from ..security.users import validate_user_name
 
 log = logging.getLogger("kipproducer.broker")

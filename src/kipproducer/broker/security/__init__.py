@@ -1,6 +1,7 @@
 """Authentication (SASL PLAIN / SCRAM-SHA-256 / SCRAM-SHA-512) and authorization (ACLs).
 
-- ``scram``: SCRAM credentials and the server / client exchanges (RFC 5802, RFC 7677);
+- SCRAM credentials and exchanges live in :mod:`kipproducer.sasl.scram`, shared with the
+  engine's client connections (RFC 5802, RFC 7677);
 - ``users``: the durable user store, ``<data dir>/security/users.json``;
 - ``acls``: ACL bindings and filters, Kafka's codes and matching rules;
 - ``authorizer``: the durable ACL store, ``<data dir>/security/acls.json``, and the decisions;

@@ -15,10 +15,11 @@ from typing import Any
 
 from kipproducer.protocol import build_request, decode_response, encode_request_frame
 from kipproducer.protocol import error_codes as ec
+from kipproducer.sasl import plain_token
+from kipproducer.sasl.scram import HASHES, ScramClient
 
 from .acls import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
 from .errors import AuthenticationFailed, SecurityError
-from .scram import HASHES, ScramClient
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
@@ -115,7 +116,7 @@ class SecurityClient:
                 f"mechanism {mechanism} refused ({ec.error_name(shake.error_code)}); the "
                 f"broker offers {', '.join(shake.mechanisms) or 'none'}")
         if mechanism == "PLAIN":
-            self._auth_step(b"\0" + username.encode() + b"\0" + password.encode())
+            self._auth_step(plain_token(username, password))
         elif mechanism in HASHES:
             scram = ScramClient(mechanism, username, password)
             server_first = self._auth_step(scram.first())

@@ -1,18 +1,14 @@
-"""Exceptions of the security package; each carries a message fit to send to the client."""
+"""Exceptions of the security package; each carries a message fit to send to the client.
+
+The authentication errors are shared with the clients (kipproducer.sasl.errors) and
+re-exported here.
+"""
 
 from __future__ import annotations
 
+from kipproducer.sasl.errors import AuthenticationFailed, MalformedToken, SecurityError
 
-class SecurityError(Exception):
-    """Base of the package's errors."""
-
-
-class AuthenticationFailed(SecurityError):
-    """Credentials were refused (SASL_AUTHENTICATION_FAILED); the message goes to the client."""
-
-
-class MalformedToken(AuthenticationFailed):
-    """A SASL token that does not parse as its mechanism's message."""
+__all__ = ["AuthenticationFailed", "MalformedToken", "SecurityError", "StoreError"]
 
 
 class StoreError(SecurityError):

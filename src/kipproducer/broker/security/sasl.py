@@ -29,9 +29,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from kipproducer.protocol import error_codes as ec
+from kipproducer.sasl.scram import HASHES, ScramServer
 
 from .errors import AuthenticationFailed, MalformedToken
-from .scram import HASHES, ScramServer
 from .users import UserStore
 
 log = logging.getLogger("kipproducer.broker.security")

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .files import WatchedJson, security_dir
-from .scram import (
+from kipproducer.sasl.scram import (
     DEFAULT_ITERATIONS,
     HASHES,
     ScramCredential,
@@ -27,6 +26,8 @@ from .scram import (
     make_credential,
     password_matches,
 )
+
+from .files import WatchedJson, security_dir
 
 USERS_FILE = "users.json"
 FORMAT_VERSION = 1

@@ -6,8 +6,9 @@ check a client's proof without knowing the password; ServerKey lets it prove to 
 it knows the credential. Neither gives the password back.
 
 :class:`ScramServer` runs one server-side exchange (client-first -> server-first,
-client-final -> server-final). :class:`ScramClient` is the client side, used by the
-``kip acls --bootstrap-server`` client and by tests that talk SASL on the wire themselves.
+client-final -> server-final); the broker's SASL state machine drives it. :class:`ScramClient`
+is the client side, used by the engine's connections, by the ``kip acls --bootstrap-server``
+client and by tests that talk SASL on the wire themselves.
 """
 
 from __future__ import annotations
