@@ -36,18 +36,3 @@ def replace_section(path: str, heading: str, section: str) -> None:
         f.write(text)
 
 
-
-def broker_data_dir(prefix: str) -> tuple[str, str]:
-    """A fresh data dir for a benchmark's broker, and a phrase saying where it lives.
-
-    On tmpfs (/dev/shm) when there is one: every run writes ~130 MB, and the kernel's writeback
-    of earlier runs to the disk would otherwise land, as CPU and I/O stalls, in later runs,
-    whichever contender they belong to. The broker still writes every batch (to page cache,
-    as with a disk and no fsync); only the disk behind it is left out.
-    """
-    import tempfile
-
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK):
-        return tempfile.mkdtemp(prefix=prefix, dir=shm), "on tmpfs (/dev/shm)"
-    return tempfile.mkdtemp(prefix=prefix), "in the temp dir"

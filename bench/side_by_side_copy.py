@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import signal
 import statistics
@@ -33,8 +32,16 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from bench_support import (
+    ROOT,
+    Deliveries,
+    broker_data_dir,
+    child_env,
+    create_topics,
+    peak_rss_mib,
+    start_kip_broker,
+)
+
 KEY_SIZE, VALUE_SIZE = 12, 100
 HEADING = "## Offset-preserving copy (issue 5)"
 KIP = "kip produce_arrays(offsets=)"
@@ -75,22 +82,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: float) -> d
 
     keys, values, offsets = workload(n, gap_rate)
     config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG}
-    failed = [0]
-    delivered = [0]
-
-    def on_record(err, _msg):
-        if err is None:
-            delivered[0] += 1
-        else:
-            failed[0] += 1
-
-    def on_batch(err, report):
-        if err is None:
-            delivered[0] += report.count
-        else:
-            failed[0] += report.count
-            if failed[0] == report.count:
-                print(f"first failure: {err}", file=sys.stderr)
+    counts = Deliveries()
 
     producer = CkProducer(config) if name == CONFLUENT else Producer(config)
     producer.list_topics(topic, timeout=10)
@@ -116,7 +108,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: float) -> d
         for i in range(n):
             while True:
                 try:
-                    produce(topic, values[i], keys[i], partition=0, on_delivery=on_record)
+                    produce(topic, values[i], keys[i], partition=0, on_delivery=counts.on_record)
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -126,48 +118,13 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: float) -> d
         for start in range(0, n, CHUNK):
             end = start + CHUNK
             producer.produce_arrays(topic, value_col[start:end], keys=key_col[start:end],
-                                    partition=0, on_delivery=on_batch,
+                                    partition=0, on_delivery=counts.on_batch,
                                     offsets=offsets[start:end] if name == KIP else None)
     left = producer.flush(300)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    if left or failed[0] or delivered[0] != n:
-        raise RuntimeError(f"{name}: left {left}, failed {failed[0]}, delivered {delivered[0]}")
+    counts.check(name, n, left)
     return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
-
-
-def peak_rss_mib() -> float:
-    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries the parent's high-water
-    mark over fork + exec into ru_maxrss, so a big parent would inflate every child."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-# ---- the broker --------------------------------------------------------------------------------
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
-         "--data-dir", data_dir, "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(), text=True)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"broker did not start: {line!r}")
-    return proc, line.removeprefix("listening on ")
 
 
 def broker_cpu(pid: int) -> float:
@@ -178,14 +135,6 @@ def broker_cpu(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
-    for name in (topic, f"{topic}-warm-up"):
-        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
 
 
 # ---- checking the copy -------------------------------------------------------------------------
@@ -279,10 +228,8 @@ def main(argv=None) -> None:
     # rate, so they run once per round; the offset copy runs once per rate.
     jobs = [(CONFLUENT, rates[0]), *[(KIP, rate) for rate in rates], (KIP_ASSIGNED, rates[0])]
     load0 = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    from results_file import broker_data_dir
-
     data_dir, data_where = broker_data_dir("kip-bench-copy-")
-    proc, bootstrap = start_broker(data_dir)
+    proc, bootstrap = start_kip_broker(data_dir)
     results: dict[tuple[str, float], list[dict]] = {job: [] for job in jobs}
     checked: dict[float, str] = {}
     t_run = time.perf_counter()
@@ -290,7 +237,7 @@ def main(argv=None) -> None:
         for rnd in range(args.repeat):
             for number, (name, rate) in enumerate(jobs):  # alternating: drift hits all alike
                 topic = f"copy-{number}-{rnd}"
-                create_topic(bootstrap, topic)
+                create_topics(bootstrap, topic, f"{topic}-warm-up")
                 cpu0 = broker_cpu(proc.pid)
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,

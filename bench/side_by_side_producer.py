@@ -17,13 +17,21 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import time
+
+from bench_support import (
+    Deliveries,
+    broker_data_dir,
+    child_env,
+    create_topics,
+    peak_rss_mib,
+    start_kip_broker,
+)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KEY_SIZE, VALUE_SIZE = 12, 100
@@ -45,20 +53,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
     keys = [b"k%011d" % i for i in range(n)]
     value = os.urandom(VALUE_SIZE)
     config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG}
-    failed = [0]
-    delivered = [0]
-
-    def on_record(err, _msg):
-        if err is None:
-            delivered[0] += 1
-        else:
-            failed[0] += 1
-
-    def on_batch(err, report):
-        if err is None:
-            delivered[0] += report.count
-        else:
-            failed[0] += report.count
+    counts = Deliveries()
 
     if name.startswith("confluent"):
         producer = CkProducer(config)
@@ -89,7 +84,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
         for i, k in enumerate(keys):
             while True:
                 try:
-                    produce(topic, value, k, on_delivery=on_record)
+                    produce(topic, value, k, on_delivery=counts.on_record)
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -98,51 +93,20 @@ def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
     elif name.endswith("produce_batch"):
         for start in range(0, n, chunk):
             part = messages[start : start + chunk]
-            queued = producer.produce_batch(topic, part, on_delivery=on_record)
+            queued = producer.produce_batch(topic, part, on_delivery=counts.on_record)
             if queued != len(part):
                 raise RuntimeError(f"{name}: only {queued} of {len(part)} queued")
             producer.poll(0)
     else:
         for start in range(0, n, chunk):
             producer.produce_arrays(topic, value_col[start : start + chunk],
-                                    keys=key_col[start : start + chunk], on_delivery=on_batch)
+                                    keys=key_col[start : start + chunk],
+                                    on_delivery=counts.on_batch)
     left = producer.flush(120)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    if left or failed[0] or delivered[0] != n:
-        raise RuntimeError(f"{name}: left {left}, failed {failed[0]}, delivered {delivered[0]}")
-    return {"seconds": elapsed, "cpu": cpu, "rss_mib": _peak_rss_mib()}
-
-
-def _peak_rss_mib() -> float:
-    """This process's VmHWM (ru_maxrss of a child can carry its parent's high-water mark)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def start_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.path.join(os.path.dirname(HERE), "src") + os.pathsep + env.get(
-        "PYTHONPATH", "")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
-         "--data-dir", data_dir, "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"broker did not start: {line!r}")
-    return proc, line.removeprefix("listening on ")
-
-
-def create_topic(bootstrap: str, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    counts.check(name, n, left)
+    return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
 
 
 def main(argv=None) -> None:
@@ -161,8 +125,6 @@ def main(argv=None) -> None:
         print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic)))
         return
 
-    from results_file import broker_data_dir
-
     tansu = None
     if args.broker == "tansu":
         from side_by_side_broker import BrokerProcess
@@ -172,18 +134,15 @@ def main(argv=None) -> None:
         data_dir, data_where, proc = "", "unused (Tansu keeps the data in memory)", None
     else:
         data_dir, data_where = broker_data_dir("kip-bench-producer-")
-        proc, bootstrap = start_broker(data_dir)
+        proc, bootstrap = start_kip_broker(data_dir)
     broker_name = "Tansu (memory storage)" if tansu else "`kip broker`"
     results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
     try:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.path.join(os.path.dirname(HERE), "src") + os.pathsep + env.get(
-            "PYTHONPATH", "")
+        env = child_env()
         for rnd in range(args.repeat):
             for name in CONTENDERS:  # alternating, so drift hits everyone alike
                 topic = f"bench-{CONTENDERS.index(name)}-{rnd}"
-                create_topic(bootstrap, topic)
-                create_topic(bootstrap, f"{topic}-warm-up")
+                create_topics(bootstrap, topic, f"{topic}-warm-up")
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
                      "--topic", topic, "--records", str(args.records)],

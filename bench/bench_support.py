@@ -1,0 +1,95 @@
+"""Shared by the producer and copy side-by-side scripts: the `kip broker` they run against,
+topics, delivery counting and the contender process's peak memory."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+def broker_data_dir(prefix: str) -> tuple[str, str]:
+    """A fresh data dir for a benchmark's broker, and a phrase saying where it lives.
+
+    On tmpfs (/dev/shm) when there is one: every run writes ~130 MB, and the kernel's writeback
+    of earlier runs to the disk would otherwise land, as CPU and I/O stalls, in later runs,
+    whichever contender they belong to. The broker still writes every batch (to page cache,
+    as with a disk and no fsync); only the disk behind it is left out.
+    """
+    import tempfile
+
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK):
+        return tempfile.mkdtemp(prefix=prefix, dir=shm), "on tmpfs (/dev/shm)"
+    return tempfile.mkdtemp(prefix=prefix), "in the temp dir"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child process that imports kipproducer from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def start_kip_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
+    """`kip broker` on a free loopback port: the process and its bootstrap address."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
+         "--data-dir", data_dir, "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(), text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"broker did not start: {line!r}")
+    return proc, line.removeprefix("listening on ")
+
+
+def create_topics(bootstrap: str, *topics: str) -> None:
+    """One-partition topics."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    for name in topics:
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+class Deliveries:
+    """Counts what the delivery callbacks report: ``on_record`` for per-record callbacks
+    (confluent-kafka's, produce_batch), ``on_batch`` for produce_arrays' BatchDelivery."""
+
+    def __init__(self) -> None:
+        self.delivered = 0
+        self.failed = 0
+
+    def on_record(self, err, _msg) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed += 1
+
+    def on_batch(self, err, report) -> None:
+        if err is None:
+            self.delivered += report.count
+            return
+        if not self.failed:
+            print(f"first failure: {err}", file=sys.stderr)
+        self.failed += report.count
+
+    def check(self, name: str, n: int, left: int) -> None:
+        if left or self.failed or self.delivered != n:
+            raise RuntimeError(f"{name}: left {left}, failed {self.failed}, "
+                               f"delivered {self.delivered}")
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS. VmHWM, not ru_maxrss: Linux carries the parent's high-water
+    mark over fork + exec into ru_maxrss, so a big parent would inflate every child."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
