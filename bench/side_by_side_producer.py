@@ -33,7 +33,6 @@ from bench_support import (
     start_kip_broker,
 )
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 KEY_SIZE, VALUE_SIZE = 12, 100
 HEADING = "## Producer lanes (issue 4)"
 CONTENDERS = ["confluent produce()", "confluent produce_batch", "kip produce_batch",
