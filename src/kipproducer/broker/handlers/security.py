@@ -135,25 +135,39 @@ def _binding_fields(b: AclBinding) -> dict[str, Any]:
     }
 
 
+def _alter_refusal(ctx: RequestContext, store) -> dict[str, Any] | None:
+    """The per-entry error of Create/DeleteAcls when ACLs cannot be changed here, or None."""
+    if store is None:
+        return {"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER}
+    if not checks.may_alter_cluster(ctx):
+        return {"error_code": ec.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": f"{ctx.principal} lacks Alter on the cluster"}
+    return None
+
+
+def _parsed(make) -> tuple[Any, str | None]:
+    """``(binding or filter, None)``, or ``(None, what is wrong with it)``: an unknown code or
+    a combination Kafka refuses."""
+    try:
+        item = make()
+        problem = item.problem()
+    except ValueError as exc:
+        return None, f"unknown code: {exc}"
+    return (None, problem) if problem else (item, None)
+
+
 @handles(CREATE_ACLS, 1, 3)
 async def create_acls(ctx: RequestContext, body):
     store = _acl_store(ctx)
     results: list[dict[str, Any]] = []
     valid: list[AclBinding] = []
     for creation in body.creations:
-        if store is None:
-            results.append({"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER})
+        refusal = _alter_refusal(ctx, store)
+        if refusal is not None:
+            results.append(refusal)
             continue
-        if not checks.may_alter_cluster(ctx):
-            results.append({"error_code": ec.CLUSTER_AUTHORIZATION_FAILED,
-                            "error_message": f"{ctx.principal} lacks Alter on the cluster"})
-            continue
-        try:
-            binding = _binding_of(creation)
-            problem = binding.problem()
-        except ValueError as exc:
-            binding, problem = None, f"unknown code: {exc}"
-        if problem or binding is None:
+        binding, problem = _parsed(lambda c=creation: _binding_of(c))
+        if binding is None:
             results.append({"error_code": ec.INVALID_REQUEST, "error_message": problem})
             continue
         results.append({"error_code": ec.NONE, "error_message": None})
@@ -181,12 +195,8 @@ async def describe_acls(ctx: RequestContext, body):
     if not checks.may_describe_cluster(ctx):
         return build_response(DESCRIBE_ACLS, v, error_code=ec.CLUSTER_AUTHORIZATION_FAILED,
                               error_message=f"{ctx.principal} lacks Describe on the cluster")
-    try:
-        acl_filter = _filter_of(body)
-        problem = acl_filter.problem()
-    except ValueError as exc:
-        problem = f"unknown code: {exc}"
-    if problem:
+    acl_filter, problem = _parsed(lambda: _filter_of(body))
+    if acl_filter is None:
         return build_response(DESCRIBE_ACLS, v, error_code=ec.INVALID_REQUEST,
                               error_message=problem)
     grouped: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
@@ -214,19 +224,12 @@ async def delete_acls(ctx: RequestContext, body):
     results: list[dict[str, Any] | None] = []
     filters: list[AclFilter] = []
     for f in body.filters:
-        if store is None:
-            results.append({"error_code": SECURITY_DISABLED, "error_message": NO_AUTHORIZER})
+        refusal = _alter_refusal(ctx, store)
+        if refusal is not None:
+            results.append(refusal)
             continue
-        if not checks.may_alter_cluster(ctx):
-            results.append({"error_code": ec.CLUSTER_AUTHORIZATION_FAILED,
-                            "error_message": f"{ctx.principal} lacks Alter on the cluster"})
-            continue
-        try:
-            acl_filter = _filter_of(f)
-            problem = acl_filter.problem()
-        except ValueError as exc:
-            problem = f"unknown code: {exc}"
-        if problem:
+        acl_filter, problem = _parsed(lambda f=f: _filter_of(f))
+        if acl_filter is None:
             results.append({"error_code": ec.INVALID_REQUEST, "error_message": problem})
             continue
         results.append(None)  # filled in from the store below
