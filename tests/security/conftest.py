@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from security_support import ADMIN, ADMIN_PASSWORD, ALL_MECHANISMS, BrokerFactory
+from security_support import (
+    ADMIN,
+    ADMIN_PASSWORD,
+    ALL_MECHANISMS,
+    BrokerFactory,
+    SaslRawClient,
+    connect,
+)
 
 from kipproducer.broker.embedded import EmbeddedBroker
 
@@ -44,6 +51,15 @@ def secured() -> Iterator[EmbeddedBroker]:
     }) as broker:
         broker.broker.users.add(ADMIN, ADMIN_PASSWORD)
         yield broker
+
+
+@pytest.fixture
+def admin(secured: EmbeddedBroker) -> Iterator[SaslRawClient]:
+    """The super user of ``secured``, logged in on a raw connection (topics, log ends, ACLs)."""
+    client = connect(secured.bootstrap_servers)
+    client.login("SCRAM-SHA-512", ADMIN, ADMIN_PASSWORD)
+    yield client
+    client.close()
 
 
 @pytest.fixture

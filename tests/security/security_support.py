@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def consume_values(conf: dict[str, Any], topic: str, n: int, *, partitions: int | None = None,
+                   timeout: float = 20) -> list[bytes]:
+    """Up to ``n`` values read by a librdkafka consumer with ``conf`` (SASL settings): from
+    offset 0 of ``partitions`` partitions when given, else through a subscription."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**conf, "group.id": unique("g"), "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    if partitions is None:
+        consumer.subscribe([topic])
+    else:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < n and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            out.append(msg.value())
+    finally:
+        consumer.close()
+    return out

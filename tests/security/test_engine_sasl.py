@@ -14,13 +14,11 @@ import time
 
 import confluent_kafka
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException
 from security_support import (
-    ADMIN,
-    ADMIN_PASSWORD,
     ALL_MECHANISMS,
     allow,
-    connect,
+    consume_values,
     sasl_conf,
     unique,
 )
@@ -33,15 +31,6 @@ from kipproducer.sasl import scram
 
 MECHANISMS = ALL_MECHANISMS.split(",")
 WRONG = "invalid username or password"  # the broker's reason for a refused credential
-
-
-@pytest.fixture
-def admin(secured):
-    """The super user, logged in on a raw connection: creates topics, reads log ends."""
-    client = connect(secured.bootstrap_servers)
-    client.login("SCRAM-SHA-512", ADMIN, ADMIN_PASSWORD)
-    yield client
-    client.close()
 
 
 @pytest.fixture
@@ -80,24 +69,6 @@ def flush_refused(p: Producer, reports: list, expected: int, timeout: float = 10
     p.flush(timeout)
     assert time.monotonic() - started < 5, "the refused records were not failed promptly"
     assert len(reports) == expected, reports
-
-
-def consume_all(conf: dict, topic: str, partitions: int, n: int,
-                timeout: float = 20) -> list[bytes]:
-    consumer = Consumer({**conf, "group.id": unique("g"), "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            out.append(msg.value())
-    finally:
-        consumer.close()
-    return out
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -174,7 +145,7 @@ def test_bulk_calls_deliver_over_sasl(secured, admin, user, mechanism):
     delivered = sum(len(r) if hasattr(r, "count") else 1 for _, r in reports)
     assert delivered == 250
     conf = sasl_conf(secured.bootstrap_servers, mechanism, name, password, **{"group.id": group})
-    got = consume_all(conf, topic, 2, 250)
+    got = consume_values(conf, topic, 250, partitions=2)
     assert sorted(got) == sorted(arrays + [m["value"] for m in batch])
 
 

@@ -11,21 +11,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from security_support import ADMIN, ADMIN_PASSWORD, allow, connect
+from security_support import allow, connect
 from test_broker_produce_modes import batch, values  # tests/kip: the batches KIP tests send
 
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.wire_extensions import ProduceMode
 
 USE, EXPECT = ProduceMode.USE_OFFSETS, ProduceMode.EXPECTED_OFFSETS
-
-
-@pytest.fixture
-def admin(secured):
-    c = connect(secured.bootstrap_servers)
-    c.login("SCRAM-SHA-512", ADMIN, ADMIN_PASSWORD)
-    yield c
-    c.close()
 
 
 @pytest.fixture

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
-from security_support import ALL_MECHANISMS, BrokerFactory, sasl_conf, unique
+from security_support import ALL_MECHANISMS, BrokerFactory, consume_values, sasl_conf, unique
 
 from kipproducer.broker.security import UserStore
 
@@ -42,24 +42,6 @@ def produce(conf: dict, topic: str, values: list[bytes], timeout: float = 20) ->
     return reports
 
 
-def consume(conf: dict, topic: str, n: int, timeout: float = 20) -> list[bytes]:
-    consumer = Consumer({**conf, "group.id": unique("g"), "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            out.append(msg.value())
-    finally:
-        consumer.close()
-    return out
-
-
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_confluent_produces_and_consumes(sasl_broker, mechanism):
     conf = sasl_conf(sasl_broker.bootstrap, mechanism, USER, PASSWORD)
@@ -67,7 +49,7 @@ def test_confluent_produces_and_consumes(sasl_broker, mechanism):
     values = [b"%s-%d" % (mechanism.encode(), i) for i in range(50)]
     reports = produce({**conf, "enable.idempotence": True}, topic, values)
     assert [err for err, _ in reports] == [None] * 50
-    assert consume(conf, topic, 50) == values
+    assert consume_values(conf, topic, 50) == values
 
 
 def test_confluent_wrong_password_is_an_authentication_error(sasl_broker):
