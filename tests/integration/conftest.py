@@ -9,11 +9,8 @@ behind a client's retries.
 from __future__ import annotations
 
 import gc
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from integration_support import BrokerFactory
@@ -41,29 +38,10 @@ def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     factory.close()
 
 
-@pytest.fixture(autouse=True)
-def _test_time_limit() -> Iterator[None]:
-    """Fail a test that runs past TEST_TIMEOUT_S instead of hanging the suite.
-
-    SIGALRM is delivered to the main thread between bytecodes; the client calls in these tests
-    all return within a second or so, so the alarm cannot be stuck behind one of them.
-    """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        signal, "setitimer"
-    ):
-        yield
-        return
-
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"test ran longer than {TEST_TIMEOUT_S} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, TEST_TIMEOUT_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+@pytest.fixture
+def test_time_limit_s() -> float:
+    """Every integration test has a time limit (tests/conftest.py): a hang fails the test."""
+    return TEST_TIMEOUT_S
 
 
 @pytest.fixture(autouse=True)

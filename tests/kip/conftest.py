@@ -1,8 +1,6 @@
 """Fixtures for the KIP extension tests: an embedded broker, a raw protocol client, an embedded
 broker behind a Produce-watching proxy, and a per-test time limit (SIGALRM)."""
 
-import signal
-import threading
 
 import pytest
 from kip_support import ProduceWatchProxy
@@ -27,29 +25,10 @@ def client(broker):
 TEST_TIMEOUT_S = 120
 
 
-@pytest.fixture(autouse=True)
-def _time_limit(request):
-    """A hang fails its test instead of the run (``@pytest.mark.time_limit(s)`` to change)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    marker = request.node.get_closest_marker("time_limit")
-    limit = marker.args[0] if marker else TEST_TIMEOUT_S
-
-    def expired(signum, frame):
-        raise TimeoutError(f"test ran longer than {limit} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "time_limit(seconds): per-test time limit")
+@pytest.fixture
+def test_time_limit_s() -> float:
+    """A hang fails its test instead of the run (tests/conftest.py; ``time_limit`` marker)."""
+    return TEST_TIMEOUT_S
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ Every test has a time limit (SIGALRM), so a hang fails the test instead of the r
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,27 +24,9 @@ from kipproducer.broker.embedded import EmbeddedBroker
 TEST_TIMEOUT_S = 120
 
 
-@pytest.fixture(autouse=True)
-def _time_limit(request: pytest.FixtureRequest) -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    limit = getattr(request.node.get_closest_marker("time_limit"), "args", (TEST_TIMEOUT_S,))[0]
-
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"test ran longer than {limit} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "time_limit(seconds): per-test time limit")
+@pytest.fixture
+def test_time_limit_s() -> float:
+    return TEST_TIMEOUT_S
 
 
 class Broker:
