@@ -127,16 +127,9 @@ class ProduceWatchProxy(TcpProxy):
         self.dropped.clear()
         self._armed = True
 
-    async def _handle(self, reader: asyncio.StreamReader,  # type: ignore[override]
-                      writer: asyncio.StreamWriter) -> None:
-        self.accepted += 1
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        except OSError:
-            writer.transport.abort()
-            return
-        pair = (writer.transport, up_writer.transport)
-        self._pairs.add(pair)  # type: ignore[arg-type]
+    async def _relay(self, reader: asyncio.StreamReader,
+                     writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
+                     up_writer: asyncio.StreamWriter) -> None:
         drop_index: list[int] = []  # the response (by index on this connection) to lose
 
         def abort() -> None:
@@ -178,11 +171,7 @@ class ProduceWatchProxy(TcpProxy):
             finally:
                 abort()
 
-        try:
-            await asyncio.gather(requests(), responses())
-        finally:
-            self._pairs.discard(pair)  # type: ignore[arg-type]
-            abort()
+        await asyncio.gather(requests(), responses())
 
 
 # -- racing conditional writers (one process each) ------------------------------------------------

@@ -259,6 +259,17 @@ class TcpProxy:
             return
         pair = (writer.transport, up_writer.transport)
         self._pairs.add(pair)  # type: ignore[arg-type]
+        try:
+            await self._relay(reader, writer, up_reader, up_writer)
+        finally:
+            self._pairs.discard(pair)  # type: ignore[arg-type]
+            writer.transport.abort()
+            up_writer.transport.abort()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+        """Carry one connection's bytes both ways until either side ends (subclasses watch or
+        alter them)."""
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
@@ -273,12 +284,7 @@ class TcpProxy:
             finally:
                 dst.transport.abort()
 
-        try:
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-        finally:
-            self._pairs.discard(pair)  # type: ignore[arg-type]
-            writer.transport.abort()
-            up_writer.transport.abort()
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
     def cut(self) -> int:
         """Abort every open connection (both sides); returns how many were cut."""

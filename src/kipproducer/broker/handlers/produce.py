@@ -280,20 +280,11 @@ def _append(log_, records, batch, answer: dict, mode: int) -> bool:
 
 @handles(INIT_PRODUCER_ID, 0, 5, advertise_min=0)
 async def init_producer_id(ctx: RequestContext, body):
-    if body.transactional_id is not None:
+    refused = (ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if body.transactional_id is not None
+               else None if may_write_idempotently(ctx) else ec.CLUSTER_AUTHORIZATION_FAILED)
+    if refused is not None:
         return build_response(
-            INIT_PRODUCER_ID,
-            ctx.api_version,
-            error_code=ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-    if not may_write_idempotently(ctx):
-        return build_response(
-            INIT_PRODUCER_ID,
-            ctx.api_version,
-            error_code=ec.CLUSTER_AUTHORIZATION_FAILED,
-            producer_id=-1,
+            INIT_PRODUCER_ID, ctx.api_version, error_code=refused, producer_id=-1,
             producer_epoch=-1,
         )
     # An idempotent producer (no transactional id) always gets a fresh id, epoch 0, as Kafka's
