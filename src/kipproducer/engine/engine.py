@@ -493,7 +493,7 @@ class Engine:
         # out, under the current id, so the new id never re-sends a batch already written.
         resolving = self._need_new_producer_id
         now = time.monotonic()
-        by_leader: dict[int, list[ProducerBatch]] = {}
+        by_leader: dict[int, list[PartitionSender]] = {}
         missing: set[str] = set()
         for key, sender in self._partitions.items():
             if resolving and key in self._broken:
@@ -515,24 +515,22 @@ class Engine:
             if leader < 0:
                 missing.add(sender.topic)
                 continue
-            by_leader.setdefault(leader, []).append(batch)
+            by_leader.setdefault(leader, []).append(sender)
         if missing:
             await self._refresh_metadata(missing)
         tasks = []
-        for leader, batches in by_leader.items():
+        for leader, senders in by_leader.items():
             try:
                 conn = await self.cluster.connection(leader)
             except (BrokerConnectionError, KeyError) as exc:
                 log.info("broker %s unreachable: %s", leader, exc)
-                for batch in batches:
-                    self._sender_for(batch.topic, batch.partition).retry_at = (
-                        time.monotonic() + self.config.retry_backoff_ms / 1000)
+                for sender in senders:
+                    sender.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
                 continue
             # Pipelining: up to max.in.flight requests on this connection, each with at most
             # one batch per partition (Kafka's rule), a partition's batches in order. Budget
             # counted here: a request registers on the connection only when its task runs.
             budget = self.config.max_in_flight - conn.in_flight
-            senders = [self._sender_for(b.topic, b.partition) for b in batches]
             while budget > 0:
                 chosen, mode = self._take_request(conn, senders)
                 if not chosen:
