@@ -347,10 +347,11 @@ class Producer(confluent_kafka.Producer):
         if offset is not None and expected is not None:
             raise ValueError("give offset= (KIP-391) or expected_offset= (KIP-27), not both")
         what = "offset=" if offset is not None else "expected_offset="
-        if not isinstance(partition, int) or partition < 0:
-            if offset is None or isinstance(partition, int):
-                raise ValueError(f"{what} needs an explicit partition: an offset means "
-                                 "something only in one partition's log")
+        # One partition, or (offsets only) an array giving each record's partition.
+        explicit = partition >= 0 if isinstance(partition, int) else offset is not None
+        if not explicit:
+            raise ValueError(f"{what} needs an explicit partition: an offset means "
+                             "something only in one partition's log")
         if str(self._conf.get("acks", self._conf.get("request.required.acks", "all"))) == "0":
             raise ValueError(f"{what} cannot be used with acks=0: the broker's refusal "
                              "(an offset below the log end, a mismatch) would never be seen")
@@ -375,7 +376,7 @@ class Producer(confluent_kafka.Producer):
         batches, each checked as it is written (see docs/guarantees.md). Serves other
         callbacks while it waits, as flush() does. ``timeout`` None: delivery.timeout.ms.
         """
-        from .errors import raise_for
+        from .errors import ProduceOffsetKafkaError, raise_for
 
         if self._transactional:
             raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "append() sends "
@@ -405,7 +406,9 @@ class Producer(confluent_kafka.Producer):
             engine.end_flush()
         for err, _report in outcome:  # in delivery order: the first failure is raised
             if err is not None:
-                raise_for(err) if hasattr(err, "log_end_offset") else _raise(err)
+                if isinstance(err, ProduceOffsetKafkaError):
+                    raise_for(err)
+                raise KafkaException(err)
         return min(report.offset() for _, report in outcome) if outcome else -1
 
     def _batch_through_librdkafka(self, topic, messages, partition, on_delivery) -> int:
@@ -562,10 +565,6 @@ class Producer(confluent_kafka.Producer):
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close(timeout=0)
-
-
-def _raise(error: KafkaError) -> None:
-    raise KafkaException(error)
 
 
 def _as_list(column) -> list:
