@@ -147,7 +147,7 @@ class TestFrames:
                 out += receiver.feed(stream[start : start + chunk])
             assert out == [f[4:] for f in frames]
             assert all(isinstance(f, bytearray) for f in out)
-            assert receiver.buffered == 0
+            assert receiver.partial == 0
 
     def test_frame_receiver_socket_path_writes_large_frames_in_place(self) -> None:
         payload = bytes(range(256)) * 1000

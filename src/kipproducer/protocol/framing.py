@@ -199,11 +199,6 @@ class FrameReceiver:
         self._start, self._end = start, end
         return frames
 
-    @property
-    def buffered(self) -> int:
-        """Bytes received and not yet handed out as a frame."""
-        return self.partial
-
 
 # -- broker side: requests in, responses out -------------------------------------------
 
