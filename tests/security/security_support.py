@@ -132,3 +132,18 @@ def consume_values(conf: dict[str, Any], topic: str, n: int, *, partitions: int 
     finally:
         consumer.close()
     return out
+
+
+def new_topic(admin: RawClient, partitions: int = 2, prefix: str = "sec") -> str:
+    """A fresh topic, created over ``admin``'s (authenticated) connection."""
+    name = unique(prefix)
+    admin.create_topic(name, partitions)
+    return name
+
+
+def log_end(admin: RawClient, topic: str, partitions: int = 2) -> list[int]:
+    """Each partition's log end offset (ListOffsets latest)."""
+    body = admin.request(2, 8, replica_id=-1, isolation_level=0, topics=[{
+        "name": topic,
+        "partitions": [{"partition_index": p, "timestamp": -1} for p in range(partitions)]}])
+    return [p.offset for p in body.topics[0].partitions]

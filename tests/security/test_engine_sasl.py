@@ -19,6 +19,8 @@ from security_support import (
     ALL_MECHANISMS,
     allow,
     consume_values,
+    log_end,
+    new_topic,
     sasl_conf,
     unique,
 )
@@ -39,19 +41,6 @@ def user(secured):
     name = unique("eng")
     secured.broker.users.add(name, "pw-" + name)
     return name, "pw-" + name
-
-
-def new_topic(admin, partitions: int = 2) -> str:
-    name = unique("sasl-engine")
-    admin.create_topic(name, partitions)
-    return name
-
-
-def log_end(admin, topic: str, partitions: int = 2) -> list[int]:
-    body = admin.request(2, 8, replica_id=-1, isolation_level=0, topics=[{
-        "name": topic,
-        "partitions": [{"partition_index": p, "timestamp": -1} for p in range(partitions)]}])
-    return [p.offset for p in body.topics[0].partitions]
 
 
 def producer(broker, mechanism: str, name: str, password: str, **extra) -> Producer:

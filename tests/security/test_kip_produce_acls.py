@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from security_support import allow, connect
+from security_support import allow, connect, log_end, new_topic
 from test_broker_produce_modes import batch, values  # tests/kip: the batches KIP tests send
 
 from kipproducer.protocol import error_codes as ec
@@ -29,19 +29,6 @@ def replicator(secured):
     c.login("SCRAM-SHA-256", name, "pw-" + name)
     yield f"User:{name}", c
     c.close()
-
-
-def new_topic(admin, partitions: int = 2) -> str:
-    name = "kip-" + uuid.uuid4().hex[:8]
-    admin.create_topic(name, partitions)
-    return name
-
-
-def log_end(admin, topic: str, partitions: int = 2) -> list[int]:
-    body = admin.request(2, 8, replica_id=-1, isolation_level=0, topics=[{
-        "name": topic,
-        "partitions": [{"partition_index": p, "timestamp": -1} for p in range(partitions)]}])
-    return [p.offset for p in body.topics[0].partitions]
 
 
 def test_use_offsets_needs_replicator_write(secured, admin, replicator):
