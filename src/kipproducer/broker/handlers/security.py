@@ -145,6 +145,26 @@ def _alter_refusal(ctx: RequestContext, store) -> dict[str, Any] | None:
     return None
 
 
+def _entries(ctx: RequestContext, store, entries, make) -> tuple[list, list]:
+    """Create/DeleteAcls' per-entry checks: ``(results, items)``, a result per entry (an
+    error answer, or None where the entry is valid) and the valid bindings or filters, in
+    order."""
+    results: list[dict[str, Any] | None] = []
+    items: list = []
+    for entry in entries:
+        refusal = _alter_refusal(ctx, store)
+        if refusal is not None:
+            results.append(refusal)
+            continue
+        item, problem = _parsed(lambda e=entry: make(e))
+        if item is None:
+            results.append({"error_code": ec.INVALID_REQUEST, "error_message": problem})
+            continue
+        results.append(None)
+        items.append(item)
+    return results, items
+
+
 def _parsed(make) -> tuple[Any, str | None]:
     """``(binding or filter, None)``, or ``(None, what is wrong with it)``: an unknown code or
     a combination Kafka refuses."""
@@ -159,19 +179,8 @@ def _parsed(make) -> tuple[Any, str | None]:
 @handles(CREATE_ACLS, 1, 3)
 async def create_acls(ctx: RequestContext, body):
     store = _acl_store(ctx)
-    results: list[dict[str, Any]] = []
-    valid: list[AclBinding] = []
-    for creation in body.creations:
-        refusal = _alter_refusal(ctx, store)
-        if refusal is not None:
-            results.append(refusal)
-            continue
-        binding, problem = _parsed(lambda c=creation: _binding_of(c))
-        if binding is None:
-            results.append({"error_code": ec.INVALID_REQUEST, "error_message": problem})
-            continue
-        results.append({"error_code": ec.NONE, "error_message": None})
-        valid.append(binding)
+    checked, valid = _entries(ctx, store, body.creations, _binding_of)
+    results = [r or {"error_code": ec.NONE, "error_message": None} for r in checked]
     if valid and store is not None:
         try:
             added = await _off_loop(store.add, valid)
@@ -221,19 +230,7 @@ async def describe_acls(ctx: RequestContext, body):
 @handles(DELETE_ACLS, 1, 3)
 async def delete_acls(ctx: RequestContext, body):
     store = _acl_store(ctx)
-    results: list[dict[str, Any] | None] = []
-    filters: list[AclFilter] = []
-    for f in body.filters:
-        refusal = _alter_refusal(ctx, store)
-        if refusal is not None:
-            results.append(refusal)
-            continue
-        acl_filter, problem = _parsed(lambda f=f: _filter_of(f))
-        if acl_filter is None:
-            results.append({"error_code": ec.INVALID_REQUEST, "error_message": problem})
-            continue
-        results.append(None)  # filled in from the store below
-        filters.append(acl_filter)
+    results, filters = _entries(ctx, store, body.filters, _filter_of)  # None: filled in below
     removed: list[list[AclBinding]] = []
     if filters and store is not None:
         try:
