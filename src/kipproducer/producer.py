@@ -462,12 +462,12 @@ class Producer(confluent_kafka.Producer):
 
     # ---- both lanes ---------------------------------------------------------------------------
 
-    def _serve_engine(self, timeout: float | None) -> int:
+    def _serve_engine(self, timeout: float | None, *, prompt: bool = True) -> int:
         engine = self._engine
         if engine is None:
             return 0
         served = 0
-        for report in engine.take_reports(timeout):
+        for report in engine.take_reports(timeout, prompt=prompt):
             served += self._deliver(report)
             engine.report_done(report.batch.record_count)
             self._lane_done(report.batch.topic, ENGINE, report.batch.record_count)
@@ -527,7 +527,8 @@ class Producer(confluent_kafka.Producer):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     break
-                self._serve_engine(0.005)
+                # Callbacks run in piles every 5 ms, and at once when the last record is in.
+                self._serve_engine(0.005, prompt=False)
                 if super().__len__():  # librdkafka's flush(0) is not free: only when needed
                     super().flush(0 if len(engine) else min(0.1, remaining or 0.1))
             self._serve_engine(0)

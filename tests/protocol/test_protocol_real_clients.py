@@ -78,6 +78,8 @@ class TinyBroker:
             while (frame := await read_frame(reader)) is not None:
                 writer.write(self._answer(frame))
                 await writer.drain()
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # the client closed first (librdkafka tears down with a reset under load)
         except (ProtocolError, ConnectionError) as exc:
             self.errors.append(exc)
         finally:

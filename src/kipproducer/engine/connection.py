@@ -21,18 +21,21 @@ import asyncio
 import itertools
 import logging
 import socket
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from kipproducer.protocol import (
+    FrameReceiver,
     ProtocolError,
     build_request,
     decode_response,
     encode_request_frame_parts,
     peek_correlation_id,
-    read_frame,
 )
 from kipproducer.protocol import error_codes as ec
+from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, decode_produce_response
 from kipproducer.protocol.schemas import version_range
 from kipproducer.sasl import PLAIN, plain_token
 from kipproducer.sasl.errors import AuthenticationFailed
@@ -42,9 +45,13 @@ from .config import SaslSettings
 
 log = logging.getLogger("kipproducer.engine")
 
-SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+PRODUCE, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 0, 17, 18, 36
 UNSUPPORTED_SASL_MECHANISM = ec.error_code("UNSUPPORTED_SASL_MECHANISM")
 ILLEGAL_SASL_STATE = ec.error_code("ILLEGAL_SASL_STATE")
+
+
+# How a request's sender hears back: (response body, None) or (None, the error).
+AnswerCallback = Callable[[Any, "BaseException | None"], None]
 
 
 class BrokerConnectionError(ConnectionError):
@@ -70,36 +77,43 @@ class BrokerConnection:
         self.sasl = sasl
         self.api_versions: dict[int, tuple[int, int]] = {}
         self.features: dict[str, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._pending: OrderedDict[int, tuple[int, int, asyncio.Future]] = OrderedDict()
+        self._transport: asyncio.Transport | None = None
+        self._stream: _ResponseStream | None = None
+        # correlation id -> (api key, version, on_answer, deadline, timeout), in send order
+        self._pending: OrderedDict[int, tuple] = OrderedDict()
         self._ids = itertools.count(1)
-        self._read_task: asyncio.Task | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         self._closed_error: BaseException | None = None
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None and self._closed_error is None
+        return self._transport is not None and self._closed_error is None
 
     @property
     def in_flight(self) -> int:
         return len(self._pending)
 
     async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._closed_error = None
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port, limit=1 << 22),
+            self._transport, self._stream = await asyncio.wait_for(
+                loop.create_connection(lambda: _ResponseStream(self), self.host, self.port),
                 self.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             raise BrokerConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
             ) from None
-        sock = self._writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._closed_error = None
-        self._read_task = asyncio.create_task(self._read_loop())
         try:
+            if self._closed_error is not None:  # lost while connecting
+                raise self._closed_error
+            sock = self._transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError as exc:
+                    raise BrokerConnectionError(
+                        f"cannot use the connection to broker {self.node_id}: {exc}") from None
             await self._negotiate()
             if self.sasl is not None:
                 await self._authenticate(self.sasl)
@@ -201,91 +215,179 @@ class BrokerConnection:
     async def request(self, api_key: int, version: int, body: Any, *,
                       expect_response: bool = True, timeout_s: float | None = None) -> Any:
         """Send one request; the decoded response body (None when none is expected)."""
-        if not self.connected or self._writer is None:
-            raise BrokerConnectionError(
-                f"not connected to broker {self.node_id}: {self._closed_error}")
-        correlation_id = next(self._ids) & 0x7FFFFFFF
-        parts = encode_request_frame_parts(correlation_id, self.client_id, body)
-        # Nothing here may keep the body (a produce body views the batches' bytes) while the
-        # answer is awaited: an exception's traceback would keep it alive with this frame.
-        del body
         future: asyncio.Future | None = None
         if expect_response:
             future = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = (api_key, version, future)
-        try:
-            self._writer.writelines(parts)
-            parts = None
-            await self._writer.drain()
-        except (OSError, RuntimeError) as exc:
-            parts = None
-            self._fail(BrokerConnectionError(f"write to broker {self.node_id} failed: {exc}"))
-        if future is None:
-            return None
-        # One timer per request rather than asyncio.wait_for (which wraps the wait in more
-        # futures and callbacks): this is the per-request cost of every Produce.
-        timeout = timeout_s or self.request_timeout_s
-        timer = asyncio.get_running_loop().call_later(
-            timeout, self._answer_overdue, correlation_id, api_key, version, timeout)
-        try:
-            return await future
-        finally:
-            timer.cancel()
 
-    def _answer_overdue(self, correlation_id: int, api_key: int, version: int,
-                        timeout: float) -> None:
-        if correlation_id in self._pending:
-            # Responses come in order: a missing one poisons the connection for everything
-            # behind it, so close it, as Kafka's clients do (every waiter gets the error).
+            def answered(response: Any, error: BaseException | None) -> None:
+                if future.done():
+                    return
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(response)
+
+        self.send(api_key, version, body, answered if future is not None else None,
+                  timeout_s=timeout_s)
+        del body  # a produce body views the batches' bytes: not kept while waiting
+        await self.writable()
+        return None if future is None else await future
+
+    def send(self, api_key: int, version: int, body: Any,
+             on_answer: AnswerCallback | None, *, timeout_s: float | None = None) -> None:
+        """Write one request now and return: ``on_answer(response_body, None)`` runs on the
+        event loop when the answer arrives, ``on_answer(None, error)`` when the request fails
+        (a lost connection, request.timeout.ms, an answer that does not decode). Without
+        ``on_answer`` no response is expected (acks=0 Produce). BrokerConnectionError when the
+        connection is down; nothing was written then.
+
+        This is the per-request path of every Produce: no task, future or timer per request.
+        Callers bound their own pipelining (max.in.flight); :meth:`writable` waits out a full
+        socket buffer."""
+        self.send_parts(api_key, version,
+                        lambda correlation_id, client_id: encode_request_frame_parts(
+                            correlation_id, client_id, body),
+                        on_answer, timeout_s=timeout_s)
+
+    def send_parts(self, api_key: int, version: int,
+                   frame_parts: Callable[[int, str], list[Any]],
+                   on_answer: AnswerCallback | None, *, timeout_s: float | None = None) -> None:
+        """:meth:`send` for a caller with its own encoder: ``frame_parts(correlation_id,
+        client_id)`` returns the request frame's buffers (the Produce fast path)."""
+        transport = self._transport
+        if transport is None or self._closed_error is not None:
+            raise BrokerConnectionError(
+                f"not connected to broker {self.node_id}: {self._closed_error}")
+        correlation_id = next(self._ids) & 0x7FFFFFFF
+        parts = frame_parts(correlation_id, self.client_id)
+        if on_answer is not None:
+            timeout = timeout_s or self.request_timeout_s
+            self._pending[correlation_id] = (api_key, version, on_answer,
+                                             time.monotonic() + timeout, timeout)
+            if self._watchdog is None:
+                self._watchdog = asyncio.get_running_loop().call_later(
+                    timeout, self._check_overdue)
+        transport.writelines(parts)
+
+    async def writable(self) -> None:
+        """Returns when the socket buffer has room again (at once, usually)."""
+        stream = self._stream
+        if stream is not None and stream.paused is not None:
+            await stream.paused
+
+    def _check_overdue(self) -> None:
+        """One timer per connection, not one per request: answers come in request order, so
+        only the oldest request can be the first one overdue."""
+        self._watchdog = None
+        if not self._pending:
+            return
+        correlation_id, (api_key, version, _, deadline, timeout) = next(
+            iter(self._pending.items()))
+        now = time.monotonic()
+        if now >= deadline:
+            # A missing answer poisons the connection for everything behind it: close it, as
+            # Kafka's clients do (every waiter gets the error).
             self._fail(BrokerConnectionError(
                 f"broker {self.node_id} did not answer api {api_key} v{version} within "
                 f"{timeout:.0f} s (request.timeout.ms)"))
+            return
+        self._watchdog = asyncio.get_running_loop().call_later(
+            deadline - now, self._check_overdue)
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
+    def _on_frame(self, frame: bytearray) -> None:
+        """A response frame arrived (in the protocol's callback): decode it, call its waiter."""
+        correlation_id = peek_correlation_id(frame)
+        entry = self._pending.pop(correlation_id, None)
+        if entry is None:
+            self._fail(BrokerConnectionError(
+                f"broker {self.node_id} answered unknown correlation id {correlation_id}"))
+            return
+        api_key, version, on_answer = entry[0], entry[1], entry[2]
         try:
-            while True:
-                frame = await read_frame(self._reader, 2**31 - 1)
-                if frame is None:
-                    raise BrokerConnectionError(f"broker {self.node_id} closed the connection")
-                correlation_id = peek_correlation_id(frame)
-                entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    raise BrokerConnectionError(
-                        f"broker {self.node_id} answered unknown correlation id "
-                        f"{correlation_id}")
-                api_key, version, future = entry
-                try:
-                    response = decode_response(frame, api_key, version)
-                except ProtocolError as exc:
-                    if not future.done():
-                        future.set_exception(exc)
-                    continue
-                if not future.done():
-                    future.set_result(response.body)
-        except asyncio.CancelledError:
-            self._fail(BrokerConnectionError(f"connection to broker {self.node_id} closed"))
-            raise
-        except (OSError, ProtocolError, BrokerConnectionError,
-                asyncio.IncompleteReadError) as exc:
-            error = exc if isinstance(exc, BrokerConnectionError) else BrokerConnectionError(
-                f"connection to broker {self.node_id} failed: {exc}")
-            self._fail(error)
+            if api_key == PRODUCE and version in DIRECT_VERSIONS:
+                body = decode_produce_response(frame, version)
+            else:
+                body = decode_response(frame, api_key, version).body
+        except ProtocolError as exc:
+            self._answer(on_answer, None, exc)
+            return
+        self._answer(on_answer, body, None)
+
+    def _answer(self, on_answer: AnswerCallback, response: Any,
+                error: BaseException | None) -> None:
+        try:
+            on_answer(response, error)
+        except Exception:  # a waiter's bug must not take the connection down with it
+            log.exception("handling the answer of broker %s failed", self.node_id)
 
     def _fail(self, error: BaseException) -> None:
         if self._closed_error is None:
             self._closed_error = error
             log.info("%s", error)
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         pending, self._pending = self._pending, OrderedDict()
-        for _, _, future in pending.values():
-            if not future.done():
-                future.set_exception(error)
-        if self._writer is not None:
-            self._writer.close()
+        for entry in pending.values():
+            self._answer(entry[2], None, error)
+        if self._transport is not None:
+            self._transport.close()
+        if self._stream is not None:
+            self._stream.release_writers()
 
     async def close(self) -> None:
         self._fail(BrokerConnectionError(f"connection to broker {self.node_id} closed"))
-        task, self._read_task = self._read_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+
+
+class _ResponseStream(asyncio.BufferedProtocol):
+    """The connection's socket: response frames are cut from the stream as they arrive
+    (the shared FrameReceiver, as in the broker) and handed to the connection at once."""
+
+    def __init__(self, conn: BrokerConnection) -> None:
+        self.conn = conn
+        self.receiver = FrameReceiver(2**31 - 1)
+        self.paused: asyncio.Future | None = None  # set while the socket buffer is full
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.receiver.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        conn = self.conn
+        try:
+            frames = self.receiver.received(nbytes)
+        except ProtocolError as exc:
+            conn._fail(BrokerConnectionError(
+                f"connection to broker {conn.node_id} failed: {exc}"))
+            return
+        for frame in frames:
+            if conn._closed_error is not None:
+                return
+            try:
+                conn._on_frame(frame)
+            except ProtocolError as exc:
+                conn._fail(BrokerConnectionError(
+                    f"connection to broker {conn.node_id} failed: {exc}"))
+                return
+
+    def eof_received(self) -> bool:
+        self.conn._fail(BrokerConnectionError(
+            f"broker {self.conn.node_id} closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conn = self.conn
+        conn._fail(BrokerConnectionError(
+            f"connection to broker {conn.node_id} failed: {exc}" if exc is not None
+            else f"broker {conn.node_id} closed the connection"))
+
+    def pause_writing(self) -> None:
+        if self.paused is None:
+            self.paused = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        self.release_writers()
+
+    def release_writers(self) -> None:
+        paused, self.paused = self.paused, None
+        if paused is not None and not paused.done():
+            paused.set_result(None)

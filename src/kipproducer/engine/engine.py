@@ -37,6 +37,7 @@ from kipproducer.accumulator import ProducerBatch, RecordAccumulator
 from kipproducer.errors import ProduceOffsetKafkaError
 from kipproducer.protocol import build_request
 from kipproducer.protocol import error_codes as ec
+from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, encode_produce_request
 from kipproducer.protocol.wire_extensions import (
     FEATURE_PRODUCE_CONDITIONAL,
     FEATURE_PRODUCE_OFFSETS,
@@ -186,6 +187,8 @@ class Engine:
         self._reports: deque[DeliveryReport] = deque()
         self._reports_cv = threading.Condition()
         self._outstanding = 0                 # records appended, not yet reported
+        self._piled_records = 0               # records in self._reports
+        self._prompt_waiters = 0              # take_reports callers that want every report now
         self._partitions: dict[tuple[str, int], PartitionSender] = {}
         self._flushing = 0
         self._closing = False
@@ -198,6 +201,7 @@ class Engine:
         self._broken: set[tuple[str, int]] = set()
         self._loop = asyncio.new_event_loop()
         self._wake: Wakeup | None = None
+        self._need_metadata = False  # a Produce answer named a moved or unknown leader
         self._sender_idle = True
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kip-sender", daemon=True)
@@ -288,13 +292,24 @@ class Engine:
             raise LookupError(code)
         return meta.partition_count
 
-    def take_reports(self, timeout: float | None) -> list[DeliveryReport]:
-        """Wait up to ``timeout`` seconds (None: forever) for reports and take them all."""
+    def take_reports(self, timeout: float | None, *, prompt: bool = True) -> list[DeliveryReport]:
+        """Wait up to ``timeout`` seconds (None: forever) for reports and take them all.
+
+        ``prompt=False`` (flush): woken only when every outstanding record has its report, else
+        at the timeout with the pile so far. A copy with gapped offsets answers thousands of
+        small requests a second; waking the caller's thread for each costs more than the report.
+        """
         with self._reports_cv:
-            if not self._reports and timeout != 0:
-                self._reports_cv.wait(timeout)
+            if timeout != 0 and (not self._reports if prompt
+                                 else self._piled_records < self._outstanding):
+                self._prompt_waiters += prompt
+                try:
+                    self._reports_cv.wait(timeout)
+                finally:
+                    self._prompt_waiters -= prompt
             reports = list(self._reports)
             self._reports.clear()
+            self._piled_records = 0
             return reports
 
     def report_done(self, records: int) -> None:
@@ -397,12 +412,11 @@ class Engine:
 
     async def _sender(self) -> None:
         assert self._wake is not None
-        tasks: set[asyncio.Task] = set()
         while True:
             # Cleared before this round's work, not just before the wait: a wake set while
             # this round awaits (close(), a task's _wake_soon()) must not be lost.
             self._wake.clear()
-            if self._closing and self._outstanding == 0 and not tasks:
+            if self._closing and self._outstanding == 0:
                 return
             if (self._need_new_producer_id and not self._any_in_flight()
                     and not self._unresolved()):
@@ -412,9 +426,10 @@ class Engine:
                 batches = self.acc.drain(now_ms, flush=bool(self._flushing) or self._closing)
             for batch in batches:
                 self._sender_for(batch.topic, batch.partition).pending.append(batch)
-            for task in await self._dispatch():
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+            if self._need_metadata:  # an answer said the leaders moved
+                self._need_metadata = False
+                await self._refresh_metadata(set())
+            await self._dispatch()
             with self.lock:
                 delay = self.acc.next_ready_ms()
             waiting = any(s.pending or s.failed for s in self._partitions.values())
@@ -478,7 +493,7 @@ class Engine:
         log.info("idempotent producer id %d epoch %d", response.producer_id,
                  response.producer_epoch)
 
-    async def _dispatch(self) -> list[asyncio.Task]:
+    async def _dispatch(self) -> None:
         """Send every partition's next batch whose leader can take a request now."""
         refused = self.cluster.authentication_failure()
         if refused is not None:  # SASL refused us: what waits fails now, not at its timeout
@@ -488,7 +503,7 @@ class Engine:
             # Nothing can be sent until there is a producer id (or ever, after a fatal
             # error); batches waiting for it still time out (delivery.timeout.ms).
             self._fail_waiting(self._fatal)
-            return []
+            return
         # Waiting for a new producer id: only retries of batches whose fate is unknown go
         # out, under the current id, so the new id never re-sends a batch already written.
         resolving = self._need_new_producer_id
@@ -518,7 +533,6 @@ class Engine:
             by_leader.setdefault(leader, []).append(sender)
         if missing:
             await self._refresh_metadata(missing)
-        tasks = []
         for leader, senders in by_leader.items():
             try:
                 conn = await self.cluster.connection(leader)
@@ -528,16 +542,16 @@ class Engine:
                     sender.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
                 continue
             # Pipelining: up to max.in.flight requests on this connection, each with at most
-            # one batch per partition (Kafka's rule), a partition's batches in order. Budget
-            # counted here: a request registers on the connection only when its task runs.
+            # one batch per partition (Kafka's rule), a partition's batches in order; then
+            # wait only if the socket buffer is full.
             budget = self.config.max_in_flight - conn.in_flight
             while budget > 0:
                 chosen, mode = self._take_request(conn, senders)
                 if not chosen:
                     break
-                tasks.append(asyncio.create_task(self._produce(conn, chosen, mode)))
+                self._send_produce(conn, chosen, mode)
                 budget -= 1
-        return tasks
+            await conn.writable()
 
     def _take_request(self, conn: BrokerConnection,
                       senders: list[PartitionSender]) -> tuple[list[ProducerBatch], int]:
@@ -658,26 +672,45 @@ class Engine:
                 self._report(batch, error, -1)
             sender.pending.clear()
 
-    async def _produce(self, conn: BrokerConnection, batches: list[ProducerBatch],
-                       mode: int = ProduceMode.ASSIGN) -> None:
+    def _send_produce(self, conn: BrokerConnection, batches: list[ProducerBatch],
+                      mode: int = ProduceMode.ASSIGN) -> None:
+        """Write one Produce request now; its answer is handled by :meth:`_produce_answered`
+        from the connection's callback (no task per request: this is the per-request cost of
+        every copy whose offsets have gaps, where each batch is its own request)."""
         config = self.config
         try:
             version = conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION[mode])
             # The body is built in the call (no local keeps it): it holds views of the batches'
-            # bytes, and a lost connection's exception keeps this frame alive in its traceback;
-            # a batch whose bytes are still viewed cannot be re-stamped for a new producer id.
-            response = await conn.request(
-                PRODUCE, version, self._produce_body(batches, version, mode),
-                expect_response=config.acks != 0)
+            # bytes, and a batch whose bytes are still viewed cannot be re-stamped for a new
+            # producer id.
+            on_answer = None if config.acks == 0 else (
+                lambda response, error: self._produce_answered(batches, mode, response, error))
+            if version in DIRECT_VERSIONS:
+                topics: dict[str, list] = {}
+                for batch in batches:
+                    topics.setdefault(batch.topic, []).append((batch.partition, batch.data))
+                conn.send_parts(PRODUCE, version, lambda correlation_id, client_id: (
+                    encode_produce_request(correlation_id, client_id, version, config.acks,
+                                           config.request_timeout_ms, topics, mode)),
+                    on_answer)
+            else:
+                conn.send(PRODUCE, version, self._produce_body(batches, version, mode),
+                          on_answer)
         except (BrokerConnectionError, OSError) as exc:
-            for batch in batches:
-                self._retry_or_fail(batch, kafka_error(ec.NETWORK_EXCEPTION, str(exc),
-                                                       mode=mode))
-            self._wake_soon()
+            self._produce_answered(batches, mode, None, exc)
             return
-        if response is None:  # acks=0: sent is all we will ever know
+        if config.acks == 0:  # sent is all we will ever know
             for batch in batches:
                 self._complete(batch, None, -1)
+
+    def _produce_answered(self, batches: list[ProducerBatch], mode: int, response: Any,
+                          error: BaseException | None) -> None:
+        if error is not None:
+            # A lost connection, a timeout, or an answer that does not decode: no verdict.
+            for batch in batches:
+                self._retry_or_fail(batch, kafka_error(ec.NETWORK_EXCEPTION, str(error),
+                                                       mode=mode))
+            self._wake_soon()
             return
         results = {(t.name, p.index): p for t in response.responses
                    for p in t.partition_responses}
@@ -707,7 +740,7 @@ class Engine:
                 message = getattr(answer, "error_message", None)
                 self._on_error(batch, kafka_error(code, message))
         if refresh:
-            await self._refresh_metadata(set())
+            self._need_metadata = True
         self._wake_soon()
 
     def _produce_body(self, batches: list[ProducerBatch], version: int, mode: int) -> Any:
@@ -810,6 +843,8 @@ class Engine:
         with self._reports_cv:
             # Only the first report of a pile wakes the caller (it takes the whole pile):
             # one thread switch per pile rather than per batch.
-            if not self._reports:
-                self._reports_cv.notify_all()
             self._reports.append(DeliveryReport(batch, error, base_offset, log_append_time))
+            self._piled_records += batch.record_count
+            if ((self._prompt_waiters and len(self._reports) == 1)
+                    or self._piled_records >= self._outstanding):
+                self._reports_cv.notify_all()

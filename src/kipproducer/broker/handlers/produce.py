@@ -19,6 +19,7 @@ import time
 from kipproducer.errors import CorruptRecordError
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
+from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, EncodedAnswer
 from kipproducer.protocol.wire_extensions import ProduceMode
 from kipproducer.records import validate_batch
 
@@ -184,6 +185,8 @@ async def produce(ctx: RequestContext, body):
         ctx.broker.notify_appended()
     if body.acks == 0:
         return None
+    if ctx.api_version in DIRECT_VERSIONS:  # once per request: the direct codec
+        return EncodedAnswer(ctx.api_version, results)
     return build_response(PRODUCE, ctx.api_version, responses=results)
 
 
