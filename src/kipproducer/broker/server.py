@@ -42,7 +42,6 @@ log = logging.getLogger("kipproducer.broker")
 
 API_VERSIONS_KEY = 18
 PRODUCE_KEY = 0
-PRODUCE_KEY = 0
 _SIZE = struct.Struct(">i")
 
 
@@ -226,8 +225,6 @@ class ClientLink(asyncio.BufferedProtocol):
 
 
 class Connection:
-    MAX_UNSENT_ANSWERS = 16
-
     def __init__(self, broker: Broker, link: ClientLink, conn_id: int, host: str) -> None:
         self.broker = broker
         self.link = link
@@ -236,8 +233,6 @@ class Connection:
         # Who the client is (User:ANONYMOUS until SASL says otherwise) and where it stands in
         # the SASL exchange; see security/sasl.py.
         self.session = broker.security.new_session(conn_id, host)
-        self.unsent: list = []  # produce answers held while more requests are queued
-        self.unsent_answers = 0
 
     @property
     def principal(self) -> str:
@@ -265,7 +260,6 @@ class Connection:
             frame = link.take_frame()
             if frame is not None:
                 return frame
-            await self.flush()  # nothing queued: held answers go before any wait
             if link.error is not None:
                 log.warning(
                     "connection %s from %s: frame size %d outside 0..%d (%s); closing",
@@ -320,7 +314,6 @@ class Connection:
                     self.host,
                     exc,
                 )
-                await self.flush()
                 raise ConnectionClosed from None
             header = request.header
             spec = API_TABLE.get(header.api_key)
@@ -336,7 +329,6 @@ class Connection:
                     header.api_key,
                     header.api_version,
                 )
-                await self.flush()
                 raise ConnectionClosed
             if not self.session.may_handle(header.api_key):
                 log.warning(
@@ -346,7 +338,6 @@ class Connection:
                     header.client_id,
                     self.session.describe_refusal(header.api_key),
                 )
-                await self.flush()
                 raise ConnectionClosed
             ctx = RequestContext(
                 self.broker,
@@ -359,8 +350,6 @@ class Connection:
                 self.session.principal,
                 self.session,
             )
-            if header.api_key != PRODUCE_KEY:
-                await self.flush()  # its handler may wait (a fetch long-poll): answer first
             response = await spec.handler(ctx, request.body)
             if response is None:  # acks=0 produce: no response, as Kafka
                 continue
@@ -374,7 +363,6 @@ class Connection:
         connection closes connection.failed.authentication.delay.ms later. Meanwhile input is
         read and dropped: closing a socket with unread input makes the kernel send RST, which
         can destroy the answer before the client reads it."""
-        await self.flush()
         link = self.link
         deadline = time.monotonic() + (
             self.broker.config.connection_failed_authentication_delay_ms / 1000)
@@ -394,26 +382,13 @@ class Connection:
         reply = await self.session.raw_token(bytes(frame))
         if reply is None:  # failed: Kafka closes without an answer in this flow
             raise ConnectionClosed
-        await self.flush()
         await self.link.write([_SIZE.pack(len(reply)), reply])
 
     async def send(self, correlation_id: int, body) -> None:
-        """Answer a request. A produce answer waits while more requests are already queued
-        (pipelining clients): their answers go out together in one write, fewer syscalls
-        for a client that sends many small requests (an offset copy with gaps)."""
-        if isinstance(body, EncodedAnswer):
-            self.unsent += body.frame_parts(correlation_id)
+        if isinstance(body, EncodedAnswer):  # Produce: the direct codec
+            await self.link.write(body.frame_parts(correlation_id))
         else:
-            self.unsent += encode_response_frame_parts(correlation_id, body)
-        self.unsent_answers += 1
-        if not self.link.frames or self.unsent_answers >= self.MAX_UNSENT_ANSWERS:
-            await self.flush()
-
-    async def flush(self) -> None:
-        """Write the answers held by :meth:`send`; before any wait and any other write."""
-        if self.unsent:
-            parts, self.unsent, self.unsent_answers = self.unsent, [], 0
-            await self.link.write(parts)
+            await self.link.write(encode_response_frame_parts(correlation_id, body))
 
 
 def api_versions_table() -> list[dict]:
