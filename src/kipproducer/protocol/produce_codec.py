@@ -28,7 +28,7 @@ response = header v1 (correlation_id int32, tags) + responses [name, partition_r
 from __future__ import annotations
 
 import struct
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from .encoder import SPILL_MIN_BYTES
 from .errors import ProtocolError
@@ -122,43 +122,36 @@ def encode_produce_request(correlation_id: int, client_id: str | None, version: 
 # -- client: the answer ----------------------------------------------------------------------
 
 
-class PartitionAnswer:
-    """One partition of a Produce answer; attribute names as kio's PartitionProduceResponse."""
+class PartitionAnswer(NamedTuple):
+    """One partition of a Produce answer; field names as kio's PartitionProduceResponse."""
 
-    __slots__ = ("index", "error_code", "base_offset", "log_append_time", "log_start_offset",
-                 "record_errors", "error_message", "log_end_offset")
-
-    def __init__(self, index: int, error_code: int, base_offset: int, log_append_time: int,
-                 log_start_offset: int, record_errors: tuple, error_message: str | None,
-                 log_end_offset: int | None) -> None:
-        self.index = index
-        self.error_code = error_code
-        self.base_offset = base_offset
-        self.log_append_time = log_append_time
-        self.log_start_offset = log_start_offset
-        self.record_errors = record_errors
-        self.error_message = error_message
-        self.log_end_offset = log_end_offset
-
-    def __repr__(self) -> str:
-        return ("PartitionAnswer(" + ", ".join(f"{k}={getattr(self, k)!r}"
-                                                for k in self.__slots__) + ")")
+    index: int
+    error_code: int
+    base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    record_errors: tuple[RecordError, ...]
+    error_message: str | None
+    log_end_offset: int | None  # KIP-WIRE LogEndOffset; None when the broker sent none
 
 
-class TopicAnswer:
-    __slots__ = ("name", "partition_responses")
-
-    def __init__(self, name: str, partition_responses: list[PartitionAnswer]) -> None:
-        self.name = name
-        self.partition_responses = partition_responses
+class RecordError(NamedTuple):
+    batch_index: int
+    batch_index_error_message: str | None
 
 
-class ProduceAnswer:
-    __slots__ = ("responses", "throttle_time")
+class TopicAnswer(NamedTuple):
+    name: str
+    partition_responses: list[PartitionAnswer]
 
-    def __init__(self, responses: list[TopicAnswer], throttle_time: int) -> None:
-        self.responses = responses
-        self.throttle_time = throttle_time
+
+class ProduceAnswer(NamedTuple):
+    responses: list[TopicAnswer]
+    throttle_time: int
+
+
+# tuple.__new__ directly: a NamedTuple's own __new__ is a Python-level wrapper.
+_new = tuple.__new__
 
 
 class _Reader:
@@ -237,26 +230,18 @@ def decode_produce_response(frame: Any, version: int) -> ProduceAnswer:
             record_errors = []
             for _ in range(r.count()):
                 batch_index = _INT32.unpack_from(buf, r.need(4))[0]
-                record_errors.append(RecordError(batch_index, r.string()))
+                record_errors.append(_new(RecordError, (batch_index, r.string())))
                 r.tags()
             message = r.string()
             log_end = r.tags()
-            partitions.append(PartitionAnswer(index, error_code, base_offset, append_time,
-                                              log_start, tuple(record_errors), message,
-                                              log_end))
-        topics.append(TopicAnswer(name, partitions))
+            partitions.append(_new(PartitionAnswer, (
+                index, error_code, base_offset, append_time, log_start, tuple(record_errors),
+                message, log_end)))
+        topics.append(_new(TopicAnswer, (name, partitions)))
         r.tags()
     throttle = _INT32.unpack_from(buf, r.need(4))[0]
     r.tags()
-    return ProduceAnswer(topics, throttle)
-
-
-class RecordError:
-    __slots__ = ("batch_index", "batch_index_error_message")
-
-    def __init__(self, batch_index: int, batch_index_error_message: str | None) -> None:
-        self.batch_index = batch_index
-        self.batch_index_error_message = batch_index_error_message
+    return _new(ProduceAnswer, (topics, throttle))
 
 
 # -- broker: the answer ----------------------------------------------------------------------
