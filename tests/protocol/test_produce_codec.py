@@ -15,9 +15,11 @@ from kipproducer.protocol import (
     decode_response,
     encode_request_frame,
     encode_response_frame,
+    parse_request_header,
 )
 from kipproducer.protocol.produce_codec import (
     DIRECT_VERSIONS,
+    decode_produce_request,
     decode_produce_response,
     encode_produce_request,
     encode_produce_response,
@@ -151,3 +153,64 @@ def test_other_versions_are_refused():
         encode_produce_request(1, None, 8, -1, 1, {"t": [(0, b"")]})
     with pytest.raises(ValueError):
         encode_produce_response(1, 13, [])
+
+
+def request_fields(body) -> tuple:
+    """What the broker's produce handler reads from a request, from either codec's objects."""
+    return (body.transactional_id, body.acks, body.timeout,
+            getattr(body, "produce_mode", 0),
+            [(t.name, [(p.index, None if p.records is None else bytes(p.records))
+                       for p in t.partition_data]) for t in body.topic_data])
+
+
+def both_decoders(frame: bytearray):
+    """(direct, generic) outcome for one request frame: fields, or "error". The direct side
+    dispatches as the broker does: Produce v9-v12 to the direct decoder, the rest (a damaged
+    header may name another API or version) to the generic one."""
+    outcomes = []
+    for direct in (True, False):
+        try:
+            header, pos = parse_request_header(frame)
+            if direct and header.api_key == PRODUCE and header.api_version in DIRECT_VERSIONS:
+                body = decode_produce_request(frame, pos, header.api_version)
+            else:
+                body = decode_request(frame).body
+            outcomes.append(request_fields(body))
+        except ProtocolError:
+            outcomes.append("error")
+    return outcomes
+
+
+@settings(max_examples=150, deadline=None)
+@given(version=st.sampled_from(DIRECT_VERSIONS), topics=request_topics(),
+       mode=st.sampled_from([0, 1, 2]), data=st.data())
+def test_the_broker_reads_requests_as_the_generic_codec_does(version, topics, mode, data):
+    frame = bytearray(joined(encode_produce_request(9, "client", version, -1, 30000, topics,
+                                                    mode))[4:])
+    direct, generic = both_decoders(frame)
+    assert direct == generic != "error"
+    # the records are writable views of the frame: the log stamps offsets in place
+    header, pos = parse_request_header(frame)
+    for t in decode_produce_request(frame, pos, version).topic_data:
+        for p in t.partition_data:
+            assert p.records is None or (p.records.obj is frame and not p.records.readonly)
+    # damaged frames: both refuse, or both read the same fields
+    cut = data.draw(st.integers(0, len(frame)))
+    assert len(set(map(repr, both_decoders(frame[:cut])))) == 1
+    flipped = bytearray(frame)
+    at = data.draw(st.integers(0, len(frame) - 1))
+    flipped[at] = data.draw(st.integers(0, 255))
+    direct, generic = both_decoders(flipped)
+    assert direct == generic
+
+
+def test_unknown_request_tags_are_skipped_and_the_mode_read():
+    frame = bytearray(joined(encode_produce_request(9, None, 10, -1, 5, {"t": [(3, b"abc")]},
+                                                    2))[4:])
+    # top-level tags are the frame's tail: 1 tag (10000, 1 byte, 2); add an unknown tag 7
+    assert frame[-5:] == bytearray(b"\x01\x90\x4e\x01\x02")
+    patched = frame[:-5] + bytearray(b"\x02\x07\x03xyz\x90\x4e\x01\x02")
+    header, pos = parse_request_header(patched)
+    body = decode_produce_request(patched, pos, 10)
+    assert body.produce_mode == 2
+    assert bytes(body.topic_data[0].partition_data[0].records) == b"abc"

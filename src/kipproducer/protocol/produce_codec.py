@@ -155,19 +155,20 @@ _new = tuple.__new__
 
 
 class _Reader:
-    """Bounds-checked reads from one response frame; every failure is a ProtocolError."""
+    """Bounds-checked reads from one frame; every failure is a ProtocolError."""
 
-    __slots__ = ("buf", "pos", "end")
+    __slots__ = ("buf", "pos", "end", "owner")
 
-    def __init__(self, buf: Any, pos: int) -> None:
+    def __init__(self, buf: Any, pos: int, owner: str) -> None:
         self.buf = buf
         self.pos = pos
         self.end = len(buf)
+        self.owner = owner
 
     def need(self, count: int) -> int:
         pos = self.pos
         if pos + count > self.end:
-            raise ProtocolError(f"Produce response truncated at byte {pos}")
+            raise ProtocolError(f"{self.owner} truncated at byte {pos}")
         self.pos = pos + count
         return pos
 
@@ -180,12 +181,30 @@ class _Reader:
                 return value
             shift += 7
             if shift > 28:
-                raise ProtocolError(f"Produce response: varint too long at byte {self.pos}")
+                raise ProtocolError(f"{self.owner}: varint too long at byte {self.pos}")
 
     def count(self) -> int:
         """A compact array's length (null arrays are read as empty: the fields here are not
         nullable, and a broker that sends null meant nothing)."""
         return max(self.uvarint() - 1, 0)
+
+    def strict_count(self, minimum_bytes: int) -> int:
+        """A non-nullable compact array's length, checked against the bytes left."""
+        count = self.uvarint() - 1
+        if count < 0:
+            raise ProtocolError(f"{self.owner}: null array at byte {self.pos}")
+        if count * minimum_bytes > self.end - self.pos:
+            raise ProtocolError(f"{self.owner}: {count} entries cannot fit at byte {self.pos}")
+        return count
+
+    def blob(self) -> memoryview | None:
+        """Compact nullable bytes, as a writable view of the frame (records are stamped
+        in place by the log)."""
+        length = self.uvarint() - 1
+        if length < 0:
+            return None
+        start = self.need(length)
+        return memoryview(self.buf)[start:start + length]
 
     def string(self) -> str | None:
         length = self.uvarint() - 1
@@ -195,27 +214,31 @@ class _Reader:
         try:
             return bytes(self.buf[start:start + length]).decode()
         except UnicodeDecodeError:
-            raise ProtocolError(f"Produce response: string at byte {start} is not UTF-8") from None
+            raise ProtocolError(f"{self.owner}: string at byte {start} is not UTF-8") from None
 
-    def tags(self) -> int | None:
-        """Skip a tag buffer; the LogEndOffset (tag 10000) when it is there."""
-        log_end = None
-        for _ in range(self.uvarint()):
+    def tags(self, known: int = -1, known_size: int = 0) -> int | None:
+        """Skip a tag buffer; the signed value of tag ``known`` (``known_size`` bytes at
+        least, as the generic codec reads it) when it is there."""
+        value = None
+        count = self.uvarint()
+        if count > (self.end - self.pos) // 2:  # a tagged field takes 2 bytes at least
+            raise ProtocolError(f"{self.owner}: {count} tagged fields cannot fit")
+        for _ in range(count):
             tag = self.uvarint()
             size = self.uvarint()
             start = self.need(size)
-            if tag == LOG_END_OFFSET_TAG:
-                if size != 8:
-                    raise ProtocolError(f"Produce response: LogEndOffset of {size} bytes")
-                log_end = _INT64.unpack_from(self.buf, start)[0]
-        return log_end
+            if tag == known:
+                if size < known_size:
+                    raise ProtocolError(f"{self.owner}: tagged field {tag} of {size} bytes")
+                value = int.from_bytes(self.buf[start:start + known_size], "big", signed=True)
+        return value
 
 
 def decode_produce_response(frame: Any, version: int) -> ProduceAnswer:
     """The answer in a Produce response frame (size prefix removed), read at ``version``."""
     if version not in DIRECT_VERSIONS:
         raise ValueError(f"Produce v{version} is not a direct version")
-    r = _Reader(frame, 4)  # after the correlation id
+    r = _Reader(frame, 4, "Produce response")  # after the correlation id
     r.tags()  # response header tags
     buf = frame
     topics = []
@@ -233,7 +256,7 @@ def decode_produce_response(frame: Any, version: int) -> ProduceAnswer:
                 record_errors.append(_new(RecordError, (batch_index, r.string())))
                 r.tags()
             message = r.string()
-            log_end = r.tags()
+            log_end = r.tags(LOG_END_OFFSET_TAG, 8)
             partitions.append(_new(PartitionAnswer, (
                 index, error_code, base_offset, append_time, log_start, tuple(record_errors),
                 message, log_end)))
@@ -242,6 +265,56 @@ def decode_produce_response(frame: Any, version: int) -> ProduceAnswer:
     throttle = _INT32.unpack_from(buf, r.need(4))[0]
     r.tags()
     return _new(ProduceAnswer, (topics, throttle))
+
+
+# -- broker: the request --------------------------------------------------------------------
+
+
+class PartitionData(NamedTuple):
+    index: int
+    records: memoryview | None
+
+
+class TopicData(NamedTuple):
+    name: str
+    partition_data: list[PartitionData]
+
+
+class ProduceRequestBody(NamedTuple):
+    """A Produce request body; field names as kio's ProduceRequest (+ produce_mode)."""
+
+    transactional_id: str | None
+    acks: int
+    timeout: int
+    topic_data: list[TopicData]
+    produce_mode: int
+
+
+def decode_produce_request(frame: Any, pos: int, version: int) -> ProduceRequestBody:
+    """The body of a Produce request frame from ``pos`` (after the header), at ``version``.
+    Records are writable views of ``frame``; trailing bytes are ignored, unknown tags
+    skipped; anything malformed raises ProtocolError (as the generic decoder)."""
+    if version not in DIRECT_VERSIONS:
+        raise ValueError(f"Produce v{version} is not a direct version")
+    r = _Reader(frame, pos, "ProduceRequest")
+    buf = frame
+    transactional_id = r.string()
+    acks, timeout = _ACKS_TIMEOUT.unpack_from(buf, r.need(_ACKS_TIMEOUT.size))
+    topics = []
+    for _ in range(r.strict_count(3)):
+        name = r.string()
+        if name is None:
+            raise ProtocolError("ProduceRequest: null topic name")
+        partitions = []
+        for _ in range(r.strict_count(6)):
+            index = _INT32.unpack_from(buf, r.need(4))[0]
+            partitions.append(_new(PartitionData, (index, r.blob())))
+            r.tags()
+        topics.append(_new(TopicData, (name, partitions)))
+        r.tags()
+    mode = r.tags(PRODUCE_MODE_TAG, 1)
+    return _new(ProduceRequestBody, (transactional_id, acks, timeout, topics,
+                                     0 if mode is None else mode))
 
 
 # -- broker: the answer ----------------------------------------------------------------------
