@@ -302,7 +302,7 @@ class Connection:
                 await self.exchange_raw_token(frame)
                 continue
             try:
-                request = decode_request(frame, direct_produce=True)
+                request = decode_request(frame)
             except ProtocolError as exc:
                 header = exc.header
                 if header is not None and header.api_key == API_VERSIONS_KEY:

@@ -20,7 +20,6 @@ from . import wire
 from .decoder import decoder_for
 from .encoder import assemble_parts, encode_into
 from .errors import ProtocolError
-from .produce_codec import DIRECT_VERSIONS, decode_produce_request
 from .schemas import API_VERSIONS, PRODUCE, request_class, request_header_version, response_class
 
 DEFAULT_MAX_FRAME_BYTES: Final = 104_857_600
@@ -277,23 +276,13 @@ def decode_request_body(header: RequestHeader, frame: Any, offset: int) -> Any:
     return body
 
 
-def decode_request(frame: Any, *, direct_produce: bool = False) -> Request:
+def decode_request(frame: Any) -> Request:
     """Header + body of a request frame.
-
-    ``direct_produce``: a Produce v9-v12 body is read by the direct codec
-    (``produce_codec.decode_produce_request``: NamedTuples with kio's field names, not kio
-    classes), the broker's per-request path.
 
     :raises ProtocolError: with ``.header`` set whenever the header itself parsed, so
         the caller can still answer (e.g. ApiVersions at an unsupported version).
     """
     header, offset = parse_request_header(frame)
-    if direct_produce and header.api_key == PRODUCE and header.api_version in DIRECT_VERSIONS:
-        try:
-            return Request(header, decode_produce_request(frame, offset, header.api_version))
-        except ProtocolError as exc:
-            exc.header = header
-            raise
     return Request(header, decode_request_body(header, frame, offset))
 
 

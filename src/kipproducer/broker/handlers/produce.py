@@ -262,7 +262,7 @@ def _append(log_, records, batch, answer: dict, mode: int) -> bool:
         expected = batch.base_offset
     try:
         result = log_.append(records, assign_offsets=mode != ProduceMode.USE_OFFSETS,
-                             expected_base_offset=expected)
+                             expected_base_offset=expected, batch=batch)
     except InvalidAppendOffsetError as exc:
         _refuse(answer, ec.INVALID_PRODUCE_OFFSET, str(exc))
         return False

@@ -414,6 +414,7 @@ class PartitionLog:
         leader_epoch: int = 0,
         expected_base_offset: int | None = None,
         check_producer_state: bool = True,
+        batch: Batch | None = None,
     ) -> AppendResult:
         """Append one validated batch held in a writable buffer, patched in place.
 
@@ -428,9 +429,11 @@ class PartitionLog:
         InvalidAppendOffsetError; then the producer epoch and sequence (ProducerStateError
         with INVALID_PRODUCER_EPOCH or OUT_OF_ORDER_SEQUENCE_NUMBER). Nothing is written
         when any check fails. ``check_producer_state=False`` skips the epoch/sequence checks
-        (replication) but still records the batch in the producer state.
+        (replication) but still records the batch in the producer state. ``batch``: the
+        batch as already parsed from ``batch_buf`` (validate_batch), not parsed again.
         """
-        batch = next(decode_batches(batch_buf, validate=False, strict=False), None)
+        if batch is None:
+            batch = next(decode_batches(batch_buf, validate=False, strict=False), None)
         if batch is None or batch.size_in_bytes != len(batch_buf):
             raise ValueError("batch_buf must hold exactly one whole record batch")
         with self._lock:
