@@ -82,6 +82,7 @@ class BrokerConnection:
         self._pending: OrderedDict[int, tuple] = OrderedDict()
         self._ids = itertools.count(1)
         self._watchdog: asyncio.TimerHandle | None = None
+        self.on_writable: Callable[[], None] | None = None  # runs when a full buffer drains
         self._closed_error: BaseException | None = None
 
     @property
@@ -241,8 +242,8 @@ class BrokerConnection:
         connection is down; nothing was written then.
 
         This is the per-request path of every Produce: no task, future or timer per request.
-        Callers bound their own pipelining (max.in.flight); :meth:`writable` waits out a full
-        socket buffer."""
+        Callers bound their own pipelining (max.in.flight) and send no more while
+        :attr:`congested` (``on_writable`` runs when the socket buffer drains)."""
         self.send_parts(api_key, version,
                         lambda correlation_id, client_id: encode_request_frame_parts(
                             correlation_id, client_id, body),
@@ -273,6 +274,11 @@ class BrokerConnection:
         stream = self._stream
         if stream is not None and stream.paused is not None:
             await stream.paused
+
+    @property
+    def congested(self) -> bool:
+        """The socket buffer is full (the transport paused writing)."""
+        return self._stream is not None and self._stream.paused is not None
 
     def _check_overdue(self) -> None:
         """One timer per connection, not one per request: answers come in request order, so
@@ -382,6 +388,8 @@ class _ResponseStream(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self.release_writers()
+        if self.conn.on_writable is not None:
+            self.conn.on_writable()
 
     def release_writers(self) -> None:
         paused, self.paused = self.paused, None

@@ -542,16 +542,16 @@ class Engine:
                     sender.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
                 continue
             # Pipelining: up to max.in.flight requests on this connection, each with at most
-            # one batch per partition (Kafka's rule), a partition's batches in order; then
-            # wait only if the socket buffer is full.
+            # one batch per partition (Kafka's rule), a partition's batches in order, while
+            # the socket buffer has room (a full one wakes the sender when it drains).
+            conn.on_writable = self._wake_soon
             budget = self.config.max_in_flight - conn.in_flight
-            while budget > 0:
+            while budget > 0 and not conn.congested:
                 chosen, mode = self._take_request(conn, senders)
                 if not chosen:
                     break
                 self._send_produce(conn, chosen, mode)
                 budget -= 1
-            await conn.writable()
 
     def _take_request(self, conn: BrokerConnection,
                       senders: list[PartitionSender]) -> tuple[list[ProducerBatch], int]:
