@@ -202,6 +202,7 @@ class Engine:
         self._loop = asyncio.new_event_loop()
         self._wake: Wakeup | None = None
         self._need_metadata = False  # a Produce answer named a moved or unknown leader
+        self._done_batches: deque[ProducerBatch] = deque()  # reported; bounds not given back
         self._sender_idle = True
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kip-sender", daemon=True)
@@ -423,6 +424,9 @@ class Engine:
                 await self._init_producer_id()
             now_ms = int(time.monotonic() * 1000)
             with self.lock:
+                done = self._done_batches
+                while done:
+                    self.acc.release(done.popleft())
                 batches = self.acc.drain(now_ms, flush=bool(self._flushing) or self._closing)
             for batch in batches:
                 self._sender_for(batch.topic, batch.partition).pending.append(batch)
@@ -833,8 +837,10 @@ class Engine:
     def _report(self, batch: ProducerBatch, error, base_offset: int,
                 log_append_time: int = -1, *, release: bool = True) -> None:
         if release:
-            with self.lock:
-                self.acc.release(batch)
+            # Its share of the queue bounds goes back in the sender's next locked step, not
+            # here: the caller's thread holds the lock while it appends (tens of ms for a big
+            # produce_arrays call) and the answer path must not wait for it.
+            self._done_batches.append(batch)
         if (error is not None and batch.produce_mode != ProduceMode.ASSIGN
                 and not isinstance(error, ProduceOffsetKafkaError)):
             # Every error of a KIP batch has log_end_offset (-1: the broker did not say).
