@@ -424,9 +424,7 @@ class Engine:
                 await self._init_producer_id()
             now_ms = int(time.monotonic() * 1000)
             with self.lock:
-                done = self._done_batches
-                while done:
-                    self.acc.release(done.popleft())
+                self._give_back_bounds()
                 batches = self.acc.drain(now_ms, flush=bool(self._flushing) or self._closing)
             for batch in batches:
                 self._sender_for(batch.topic, batch.partition).pending.append(batch)
@@ -435,6 +433,7 @@ class Engine:
                 await self._refresh_metadata(set())
             await self._dispatch()
             with self.lock:
+                self._give_back_bounds()  # batches failed in dispatch: room for the caller now
                 delay = self.acc.next_ready_ms()
             waiting = any(s.pending or s.failed for s in self._partitions.values())
             if delay is None:
@@ -444,6 +443,12 @@ class Engine:
                 timeout = max(delay, 1) / 1000
             await self._wake.wait(timeout)
             self._sender_idle = False
+
+    def _give_back_bounds(self) -> None:
+        """Release reported batches' share of the queue bounds (the caller holds the lock)."""
+        done = self._done_batches
+        while done:
+            self.acc.release(done.popleft())
 
     def _sender_for(self, topic: str, partition: int) -> PartitionSender:
         key = (topic, partition)
