@@ -82,6 +82,7 @@ class BrokerConnection:
         self._pending: OrderedDict[int, tuple] = OrderedDict()
         self._ids = itertools.count(1)
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_at = 0.0  # when it fires (time.monotonic())
         self.on_writable: Callable[[], None] | None = None  # runs when a full buffer drains
         self._closed_error: BaseException | None = None
 
@@ -262,11 +263,10 @@ class BrokerConnection:
         parts = frame_parts(correlation_id, self.client_id)
         if on_answer is not None:
             timeout = timeout_s or self.request_timeout_s
-            self._pending[correlation_id] = (api_key, version, on_answer,
-                                             time.monotonic() + timeout, timeout)
-            if self._watchdog is None:
-                self._watchdog = asyncio.get_running_loop().call_later(
-                    timeout, self._check_overdue)
+            deadline = time.monotonic() + timeout
+            self._pending[correlation_id] = (api_key, version, on_answer, deadline, timeout)
+            if self._watchdog is None or deadline < self._watchdog_at:
+                self._arm_watchdog(deadline)
         transport.writelines(parts)
 
     async def writable(self) -> None:
@@ -280,24 +280,29 @@ class BrokerConnection:
         """The socket buffer is full (the transport paused writing)."""
         return self._stream is not None and self._stream.paused is not None
 
+    def _arm_watchdog(self, deadline: float) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog_at = deadline
+        self._watchdog = asyncio.get_running_loop().call_later(
+            max(deadline - time.monotonic(), 0), self._check_overdue)
+
     def _check_overdue(self) -> None:
-        """One timer per connection, not one per request: answers come in request order, so
-        only the oldest request can be the first one overdue."""
+        """One timer per connection, not one per request, set for the earliest deadline of
+        the requests waiting for an answer (re-armed when it fires early)."""
         self._watchdog = None
         if not self._pending:
             return
-        correlation_id, (api_key, version, _, deadline, timeout) = next(
-            iter(self._pending.items()))
-        now = time.monotonic()
-        if now >= deadline:
+        api_key, version, _, deadline, timeout = min(self._pending.values(),
+                                                      key=lambda entry: entry[3])
+        if time.monotonic() >= deadline:
             # A missing answer poisons the connection for everything behind it: close it, as
             # Kafka's clients do (every waiter gets the error).
             self._fail(BrokerConnectionError(
                 f"broker {self.node_id} did not answer api {api_key} v{version} within "
                 f"{timeout:.0f} s (request.timeout.ms)"))
             return
-        self._watchdog = asyncio.get_running_loop().call_later(
-            deadline - now, self._check_overdue)
+        self._arm_watchdog(deadline)
 
     def _on_frame(self, frame: bytearray) -> None:
         """A response frame arrived (in the protocol's callback): decode it, call its waiter."""
