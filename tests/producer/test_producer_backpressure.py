@@ -191,6 +191,21 @@ def test_purge_drops_queued_engine_records(kip):
     p.close()
 
 
+def test_purge_frees_the_queue_bounds_at_once(kip):
+    """After purge() returns, the purged records' share of queue.buffering.max.messages is
+    free: a full queue takes as many records again, none refused with _QUEUE_FULL."""
+    topic = create_topic(kip.bootstrap, unique("purge-room"), 1)
+    p = kp.Producer({"bootstrap.servers": kip.bootstrap, "linger.ms": 60_000,
+                     "queue.buffering.max.messages": 50})
+    for _ in range(3):
+        messages = [{"value": b"v%d" % i} for i in range(50)]
+        assert p.produce_batch(topic, messages, partition=0) == 50
+        assert not [m["_error"] for m in messages if "_error" in m]
+        p.purge()
+    assert p.flush(10) == 0
+    p.close()
+
+
 def test_unknown_partition_fails_promptly(kip):
     """A partition the topic does not have: _UNKNOWN_PARTITION now, as librdkafka reports it,
     not _MSG_TIMED_OUT after delivery.timeout.ms."""

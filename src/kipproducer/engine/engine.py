@@ -345,6 +345,8 @@ class Engine:
             self._report(batch, error, -1, release=False)
         for batch in drained:
             self._report(batch, error, -1)
+        with self.lock:
+            self._give_back_bounds()  # purge() returns with the room free
         if self.config.enable_idempotence and any(b.producer_id >= 0 for b in drained):
             # Their sequences will never reach the broker: start over with a new producer id
             # rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER with the next batch.
