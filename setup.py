@@ -33,6 +33,7 @@ extensions = [
     accel("crc32c", "crc32c_impl.c"),
     accel("records", "crc32c_impl.c"),
     accel("accumulator", "crc32c_impl.c"),
+    accel("produce_wire"),
 ]
 
 setup(

@@ -27,11 +27,16 @@ from kipproducer.protocol import (
     FrameTooLarge,
     ProtocolError,
     build_response,
-    decode_request,
+    decode_request_body,
     encode_response_frame_parts,
+    parse_request_header,
 )
 from kipproducer.protocol import error_codes as ec
-from kipproducer.protocol.produce_codec import EncodedAnswer
+from kipproducer.protocol.produce_codec import (
+    DIRECT_VERSIONS,
+    EncodedAnswer,
+    decode_produce_request_body,
+)
 
 from .api import API_TABLE, RequestContext
 
@@ -302,7 +307,8 @@ class Connection:
                 await self.exchange_raw_token(frame)
                 continue
             try:
-                request = decode_request(frame)
+                header, offset = parse_request_header(frame)
+                body = decode_body(header, frame, offset)
             except ProtocolError as exc:
                 header = exc.header
                 if header is not None and header.api_key == API_VERSIONS_KEY:
@@ -315,7 +321,6 @@ class Connection:
                     exc,
                 )
                 raise ConnectionClosed from None
-            header = request.header
             spec = API_TABLE.get(header.api_key)
             if spec is None or not spec.min_version <= header.api_version <= spec.max_version:
                 if header.api_key == API_VERSIONS_KEY:
@@ -350,7 +355,7 @@ class Connection:
                 self.session.principal,
                 self.session,
             )
-            response = await spec.handler(ctx, request.body)
+            response = await spec.handler(ctx, body)
             if response is None:  # acks=0 produce: no response, as Kafka
                 continue
             await self.send(header.correlation_id, response)
@@ -389,6 +394,18 @@ class Connection:
             await self.link.write(body.frame_parts(correlation_id))
         else:
             await self.link.write(encode_response_frame_parts(correlation_id, body))
+
+
+def decode_body(header, frame: bytearray, offset: int):
+    """The request body: Produce at the direct codec's versions through it (the hot path),
+    everything else through the generic codec."""
+    if header.api_key == PRODUCE_KEY and header.api_version in DIRECT_VERSIONS:
+        try:
+            return decode_produce_request_body(frame, offset, header.api_version)
+        except ProtocolError as exc:
+            exc.header = header
+            raise
+    return decode_request_body(header, frame, offset)
 
 
 def api_versions_table() -> list[dict]:
