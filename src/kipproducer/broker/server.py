@@ -128,6 +128,9 @@ class ClientLink(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._waiter: asyncio.Future | None = None
         self._writable: asyncio.Future | None = None  # set while the transport is paused
+        # One timer for the connection's waits (see wait()), and the loop time it fires at.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     # -- asyncio protocol callbacks --
 
@@ -169,6 +172,9 @@ class ClientLink(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._wake()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -186,15 +192,29 @@ class ClientLink(asyncio.BufferedProtocol):
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    async def wait(self, timeout: float) -> None:
-        """Until something happens (a frame, EOF, an error) or ``timeout`` seconds pass
-        (TimeoutError)."""
-        self._waiter = asyncio.get_running_loop().create_future()
+    async def wait(self, deadline: float) -> None:
+        """Until something happens (a frame, EOF, an error) or the monotonic clock reaches
+        ``deadline``; the caller looks at the clock to tell which.
+
+        The connection waits once per burst of requests, so the wait must not cost a timer
+        (asyncio.timeout schedules and cancels one each time): one timer serves every wait
+        and is re-armed only for a sooner deadline. A wait for a later deadline may wake
+        early, when the timer set for an earlier one fires; the caller then waits again."""
+        loop = asyncio.get_running_loop()
+        if self._timer is None or self._timer_at > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = loop.call_at(deadline, self._timer_fired)
+        self._waiter = loop.create_future()
         try:
-            async with asyncio.timeout(timeout):
-                await self._waiter
+            await self._waiter
         finally:
             self._waiter = None
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._wake()
 
     def take_frame(self) -> bytearray | None:
         if not self.frames:
@@ -261,6 +281,7 @@ class Connection:
         link = self.link
         limit, limit_name = self.frame_limit()
         link.receiver.max_bytes = limit
+        idle_deadline = None
         while True:
             frame = link.take_frame()
             if frame is not None:
@@ -281,24 +302,23 @@ class Connection:
                         log.info("connection %s: closed inside a %d-byte frame", self.id, size)
                 raise ConnectionClosed
             if partial:
-                timeout = (link.partial_since + config.request_read_timeout_ms / 1000
-                           - time.monotonic())
+                deadline = link.partial_since + config.request_read_timeout_ms / 1000
             else:
-                timeout = config.connections_max_idle_ms / 1000
-            try:
-                await link.wait(max(timeout, 0))
-            except TimeoutError:
-                if not link.receiver.partial:
-                    raise ConnectionClosed from None  # idle too long
-                if link.frames or link.error is not None:
-                    continue
-                log.warning(
-                    "connection %s from %s: a %s-byte request did not arrive within "
-                    "%d ms (request.read.timeout.ms); closing",
-                    self.id, self.host, link.receiver.partial_size or "?",
-                    config.request_read_timeout_ms,
-                )
-                raise ConnectionClosed from None
+                if idle_deadline is None:
+                    idle_deadline = time.monotonic() + config.connections_max_idle_ms / 1000
+                deadline = idle_deadline
+            if time.monotonic() < deadline:
+                await link.wait(deadline)
+                continue  # whatever woke it, look again (the deadline may have passed)
+            if not partial:
+                raise ConnectionClosed  # idle too long
+            log.warning(
+                "connection %s from %s: a %s-byte request did not arrive within "
+                "%d ms (request.read.timeout.ms); closing",
+                self.id, self.host, link.receiver.partial_size or "?",
+                config.request_read_timeout_ms,
+            )
+            raise ConnectionClosed
 
     async def serve(self) -> None:
         while True:
@@ -358,6 +378,9 @@ class Connection:
             response = await spec.handler(ctx, body)
             if response is None:  # acks=0 produce: no response, as Kafka
                 continue
+            # Each answer is written at once, even when more requests are queued: holding
+            # them for one write saves system calls but stalls the client's pipeline
+            # (measured: the gapped-offset copy ran 10-15% slower).
             await self.send(header.correlation_id, response)
             if self.session.close_requested:  # failed SASL: the answer is sent, now close
                 await self.drain_and_close()
@@ -374,13 +397,9 @@ class Connection:
         link.receiver.max_bytes = 2**31 - 1  # dropped anyway
         while not (link.eof or link.lost):
             link.discard_frames()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if time.monotonic() >= deadline:
                 break
-            try:
-                await link.wait(remaining)
-            except TimeoutError:
-                break
+            await link.wait(deadline)
 
     async def exchange_raw_token(self, frame: bytearray) -> None:
         """After a v0 SaslHandshake, SASL tokens travel as bare frames (no Kafka header)."""
