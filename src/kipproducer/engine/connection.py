@@ -76,6 +76,8 @@ class BrokerConnection:
         self.connect_timeout_s = connect_timeout_s
         self.sasl = sasl
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # version_for's answers (asked for every Produce request), until the next ApiVersions
+        self._versions: dict[tuple[int, int, int], int] = {}
         self.features: dict[str, tuple[int, int]] = {}
         self._transport: asyncio.Transport | None = None
         self._stream: _ResponseStream | None = None
@@ -138,6 +140,7 @@ class BrokerConnection:
                 f"{ec.error_name(response.error_code)}")
         self.api_versions = {k.api_key: (k.min_version, k.max_version)
                              for k in response.api_keys}
+        self._versions.clear()
         features = getattr(response, "supported_features", ()) or ()
         self.features = {f.name: (f.min_version, f.max_version) for f in features}
 
@@ -198,6 +201,13 @@ class BrokerConnection:
 
     def version_for(self, api_key: int, wanted_max: int, wanted_min: int = 0) -> int:
         """The highest version both sides speak; BrokerConnectionError if none."""
+        key = (api_key, wanted_max, wanted_min)
+        found = self._versions.get(key)
+        if found is None:
+            found = self._versions[key] = self._choose_version(api_key, wanted_max, wanted_min)
+        return found
+
+    def _choose_version(self, api_key: int, wanted_max: int, wanted_min: int) -> int:
         theirs = self.api_versions.get(api_key)
         ours = version_range(api_key)
         if theirs is None:

@@ -113,15 +113,20 @@ def continuation_error(chain: BrokenChain) -> KafkaError:
 
 class Wakeup:
     """The sender loop's alarm clock: ``wait(timeout)`` returns when ``set()`` is called or
-    the timeout passes. An asyncio.Event under wait_for costs a task's worth of futures and
-    callbacks per wait, and the loop waits once per round."""
+    the timeout passes (or earlier: see below). An asyncio.Event under wait_for costs a
+    task's worth of futures and callbacks per wait, and the loop waits once per round, so one
+    future per wait and one timer for all of them: the timer is re-armed only for a sooner
+    deadline, and a wait that it wakes before its own deadline returns early (the sender
+    loop just runs a round)."""
 
-    __slots__ = ("_loop", "_flag", "_waiter")
+    __slots__ = ("_loop", "_flag", "_waiter", "_timer", "_timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._flag = False
         self._waiter: asyncio.Future | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
 
     def set(self) -> None:
         self._flag = True
@@ -135,18 +140,24 @@ class Wakeup:
     async def wait(self, timeout: float) -> None:
         if self._flag:
             return
-        waiter = self._waiter = self._loop.create_future()
-        timer = self._loop.call_later(timeout, _wake_up, waiter)
+        loop = self._loop
+        deadline = loop.time() + timeout
+        if self._timer is None or self._timer_at > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = deadline
+            self._timer = loop.call_at(deadline, self._fired)
+        waiter = self._waiter = loop.create_future()
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
 
-
-def _wake_up(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    def _fired(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
 
 @dataclass
@@ -695,7 +706,8 @@ class Engine:
             # bytes, and a batch whose bytes are still viewed cannot be re-stamped for a new
             # producer id.
             on_answer = None if config.acks == 0 else (
-                lambda response, error: self._produce_answered(batches, mode, response, error))
+                lambda response, error: self._produce_answered(conn, batches, mode, response,
+                                                               error))
             if version in DIRECT_VERSIONS:
                 topics: dict[str, list] = {}
                 for batch in batches:
@@ -708,14 +720,14 @@ class Engine:
                 conn.send(PRODUCE, version, self._produce_body(batches, version, mode),
                           on_answer)
         except (BrokerConnectionError, OSError) as exc:
-            self._produce_answered(batches, mode, None, exc)
+            self._produce_answered(conn, batches, mode, None, exc)
             return
         if config.acks == 0:  # sent is all we will ever know
             for batch in batches:
                 self._complete(batch, None, -1)
 
-    def _produce_answered(self, batches: list[ProducerBatch], mode: int, response: Any,
-                          error: BaseException | None) -> None:
+    def _produce_answered(self, conn: BrokerConnection, batches: list[ProducerBatch],
+                          mode: int, response: Any, error: BaseException | None) -> None:
         if error is not None:
             # A lost connection, a timeout, or an answer that does not decode: no verdict.
             for batch in batches:
@@ -752,7 +764,54 @@ class Engine:
                 self._on_error(batch, kafka_error(code, message))
         if refresh:
             self._need_metadata = True
-        self._wake_soon()
+        if not self._send_next(conn, batches):
+            self._wake_soon()
+
+    def _send_next(self, conn: BrokerConnection, answered: list[ProducerBatch]) -> bool:
+        """Right after an answer, in its callback: the next requests to the same broker go
+        out now, not after a round of the sender loop.
+        With max.in.flight requests out and the broker answering one at a time, this
+        turnaround is what the pipeline waits on (a copy with gapped offsets sends thousands
+        of one-batch requests a second). Only in the plain case: any failure, retry, missing
+        producer id, metadata refresh or a partition running out of drained batches leaves
+        the work to the sender loop.
+
+        True when the loop has nothing to do for these partitions now (it is not woken)."""
+        if (self._need_metadata or self._need_new_producer_id or self._fatal is not None
+                or self._closing or not conn.connected or conn.congested
+                or (self.config.enable_idempotence and self._producer_id < 0)):
+            return False
+        # Every partition led by this broker that has batches to send, in the loop's order:
+        # the freed budget is not only the answered partitions' to take.
+        senders: list[PartitionSender] = []
+        now = time.monotonic()
+        leader = self.cluster.leader
+        node = conn.node_id
+        for sender in self._partitions.values():
+            if not (sender.pending or sender.failed):
+                continue
+            if sender.failed or now < sender.retry_at:
+                return False  # a retry: the loop's business
+            if leader(sender.topic, sender.partition) == node:
+                senders.append(sender)
+        budget = self.config.max_in_flight - conn.in_flight
+        while budget > 0 and not conn.congested:
+            chosen, mode = self._take_request(conn, senders)
+            if not chosen:
+                break
+            self._send_produce(conn, chosen, mode)
+            budget -= 1
+        if self._done_batches:  # their share of the queue bounds, if the caller allows
+            if not self.lock.acquire(blocking=False):
+                return False
+            try:
+                self._give_back_bounds()
+            finally:
+                self.lock.release()
+        # Drained batches left for every partition: the loop drains more before they run out
+        # (and the answered partitions need it when they have none left).
+        return all(len(sender.pending) > 1 for sender in senders) and all(
+            self._partitions[(batch.topic, batch.partition)].pending for batch in answered)
 
     def _produce_body(self, batches: list[ProducerBatch], version: int, mode: int) -> Any:
         topics: dict[str, list] = {}
