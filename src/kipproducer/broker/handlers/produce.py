@@ -147,11 +147,13 @@ async def produce(ctx: RequestContext, body):
             partitions.append(answer)
             try:
                 if writable and info is not None and 0 <= pdata.index < info.partitions:
-                    touched.append((logs.get_log(topic.name, pdata.index), answer))
+                    log_ = logs.get_log(topic.name, pdata.index)
+                    touched.append((log_, answer))
+                # raises for a partition that does not exist (or may not be written), so
+                # log_ below is always this partition's
                 _check_request(ctx, body, mode, info, pdata.index, writable)
                 batch = _check_batch(ctx, info, pdata.records, mode)
-                accepted.append(
-                    (logs.get_log(topic.name, pdata.index), pdata.records, batch, answer))
+                accepted.append((log_, pdata.records, batch, answer))
             except PartitionRefused as refused:
                 if refused.error_code in (ec.CORRUPT_MESSAGE, ec.INVALID_RECORD):
                     # Bad bytes get a log line besides their error code, like every other
