@@ -181,6 +181,12 @@ cdef inline int need(Reader *r, Py_ssize_t n, str owner) except -1:
     return 0
 
 
+cdef inline int32_t read_i32(Reader *r, str owner) except? -1:
+    need(r, 4, owner)
+    r.p += 4
+    return get_i32(r.p - 4)
+
+
 cdef uint64_t read_length(Reader *r, str owner) except? 0xFFFFFFFFFFFFFFFF:
     """An unsigned varint of at most 5 bytes."""
     cdef uint64_t value
@@ -199,11 +205,12 @@ cdef uint64_t read_length(Reader *r, str owner) except? 0xFFFFFFFFFFFFFFFF:
     return value
 
 
-cdef Py_ssize_t read_count(Reader *r, str owner, Py_ssize_t min_item_size) except -2:
-    """A compact array's element count; -1 for null. Refuses counts that cannot fit."""
+cdef Py_ssize_t read_count(Reader *r, str owner, Py_ssize_t min_item_size) except -1:
+    """A compact array's element count (no Produce array is nullable). Refuses null, and
+    counts whose items cannot fit in the bytes left."""
     cdef uint64_t n = read_length(r, owner)
     if n == 0:
-        return -1
+        raise ProtocolError(f"{owner}: null for a non-nullable field")
     n -= 1
     if n > <uint64_t>((r.end - r.p) // min_item_size):
         raise ProtocolError(f"{owner}: length {n} exceeds the {r.end - r.p} bytes remaining")
@@ -298,8 +305,6 @@ def decode_request_body(object frame, Py_ssize_t pos, int version):
         r.p += 6
         # each topic takes at least 3 bytes (name length, partition count, tags)
         topic_count = read_count(&r, owner, 3)
-        if topic_count < 0:
-            raise ProtocolError(f"{owner}: null for a non-nullable field")
         topics = []
         frame_view = None
         for i in range(topic_count):
@@ -307,14 +312,10 @@ def decode_request_body(object frame, Py_ssize_t pos, int version):
             topic.name = read_string(&r, "TopicProduceData", False)
             # each partition takes at least 6 bytes (index, records length, tags)
             part_count = read_count(&r, "TopicProduceData", 6)
-            if part_count < 0:
-                raise ProtocolError("TopicProduceData: null for a non-nullable field")
             parts = []
             for j in range(part_count):
                 part = PartitionProduceData.__new__(PartitionProduceData)
-                need(&r, 4, "PartitionProduceData")
-                part.index = get_i32(r.p)
-                r.p += 4
+                part.index = read_i32(&r, "PartitionProduceData")
                 size = read_length(&r, "PartitionProduceData")
                 if size == 0:
                     part.records = None
@@ -364,15 +365,11 @@ def decode_response(object frame, int version):
         skip_tags(&r, "response header", -1, NULL, 0, NULL)
         body = ProduceResponseBody.__new__(ProduceResponseBody)
         topic_count = read_count(&r, owner, 3)
-        if topic_count < 0:
-            raise ProtocolError(f"{owner}: null for a non-nullable field")
         topics = []
         for i in range(topic_count):
             topic = TopicProduceResponse.__new__(TopicProduceResponse)
             topic.name = read_string(&r, "TopicProduceResponse", False)
             part_count = read_count(&r, "TopicProduceResponse", PARTITION_ANSWER_FIXED + 3)
-            if part_count < 0:
-                raise ProtocolError("TopicProduceResponse: null for a non-nullable field")
             parts = []
             for j in range(part_count):
                 part = PartitionProduceResponse.__new__(PartitionProduceResponse)
@@ -384,18 +381,13 @@ def decode_response(object frame, int version):
                 part.log_start_offset = get_i64(r.p + 22)
                 r.p += PARTITION_ANSWER_FIXED
                 error_count = read_count(&r, "PartitionProduceResponse", 6)
-                if error_count < 0:
-                    raise ProtocolError("PartitionProduceResponse: null for a non-nullable "
-                                        "field")
                 if error_count == 0:
                     part.record_errors = ()
                 else:
                     errors = []
                     for k in range(error_count):
                         rec_error = BatchIndexAndErrorMessage.__new__(BatchIndexAndErrorMessage)
-                        need(&r, 4, "BatchIndexAndErrorMessage")
-                        rec_error.batch_index = get_i32(r.p)
-                        r.p += 4
+                        rec_error.batch_index = read_i32(&r, "BatchIndexAndErrorMessage")
                         rec_error.batch_index_error_message = read_string(
                             &r, "BatchIndexAndErrorMessage", True)
                         skip_tags(&r, "BatchIndexAndErrorMessage", -1, NULL, 0, NULL)
@@ -411,9 +403,7 @@ def decode_response(object frame, int version):
             skip_tags(&r, "TopicProduceResponse", -1, NULL, 0, NULL)
             topics.append(topic)
         body.responses = tuple(topics)
-        need(&r, 4, owner)
-        body.throttle_time = get_i32(r.p)
-        r.p += 4
+        body.throttle_time = read_i32(&r, owner)
         skip_tags(&r, owner, -1, NULL, 0, NULL)
         return body
     finally:

@@ -563,17 +563,20 @@ class Engine:
                 for sender in senders:
                     sender.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
                 continue
-            # Pipelining: up to max.in.flight requests on this connection, each with at most
-            # one batch per partition (Kafka's rule), a partition's batches in order, while
-            # the socket buffer has room (a full one wakes the sender when it drains).
             conn.on_writable = self._wake_soon
-            budget = self.config.max_in_flight - conn.in_flight
-            while budget > 0 and not conn.congested:
-                chosen, mode = self._take_request(conn, senders)
-                if not chosen:
-                    break
-                self._send_produce(conn, chosen, mode)
-                budget -= 1
+            self._fill(conn, senders)
+
+    def _fill(self, conn: BrokerConnection, senders: list[PartitionSender]) -> None:
+        """Send requests on ``conn`` while it has room: up to max.in.flight, each with at
+        most one batch per partition (Kafka's rule), a partition's batches in order, while
+        the socket buffer has room (a full one wakes the sender when it drains)."""
+        budget = self.config.max_in_flight - conn.in_flight
+        while budget > 0 and not conn.congested:
+            chosen, mode = self._take_request(conn, senders)
+            if not chosen:
+                break
+            self._send_produce(conn, chosen, mode)
+            budget -= 1
 
     def _take_request(self, conn: BrokerConnection,
                       senders: list[PartitionSender]) -> tuple[list[ProducerBatch], int]:
@@ -794,13 +797,7 @@ class Engine:
                 return False  # a retry: the loop's business
             if leader(sender.topic, sender.partition) == node:
                 senders.append(sender)
-        budget = self.config.max_in_flight - conn.in_flight
-        while budget > 0 and not conn.congested:
-            chosen, mode = self._take_request(conn, senders)
-            if not chosen:
-                break
-            self._send_produce(conn, chosen, mode)
-            budget -= 1
+        self._fill(conn, senders)
         if self._done_batches:  # their share of the queue bounds, if the caller allows
             if not self.lock.acquire(blocking=False):
                 return False
