@@ -445,13 +445,18 @@ class Engine:
                 self._need_metadata = False
                 await self._refresh_metadata(set())
             await self._dispatch()
+            # From here the caller's next append wakes the loop (once), to drain it: answers
+            # do not (the answer path sends the next requests itself, see _send_next), so
+            # this is how records appended meanwhile, for another partition say, get out
+            # promptly. Set before next_ready_ms is read: an append after that read is not
+            # in the timeout, and must wake.
+            self._sender_idle = True
             with self.lock:
                 self._give_back_bounds()  # batches failed in dispatch: room for the caller now
                 delay = self.acc.next_ready_ms()
             waiting = any(s.pending or s.failed for s in self._partitions.values())
             if delay is None:
                 timeout = 0.05 if waiting else 1.0
-                self._sender_idle = not waiting
             else:
                 timeout = max(delay, 1) / 1000
             await self._wake.wait(timeout)
