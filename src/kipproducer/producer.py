@@ -39,6 +39,8 @@ RDKAFKA, ENGINE = "librdkafka", "engine"
 # confluent-kafka's produce() arguments after (topic, value, key), in positional order.
 _PRODUCE_POSITIONAL = ("partition", "on_delivery", "callback", "timestamp", "headers")
 _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
+# Records appended under one hold of the engine's lock (see produce_arrays).
+APPEND_SLICE = 8192
 
 
 class BatchDelivery:
@@ -264,20 +266,25 @@ class Producer(confluent_kafka.Producer):
         done = 0
         stalled_since = None
         while done < n:
-            sl = slice(done, None)
+            # A slice at a time under the engine's lock: the sender thread drains and gives
+            # back room under the same lock, and a whole 100k-record call held it for tens of
+            # milliseconds (the sender's event loop blocked that long). Sliced, it waits one
+            # slice at most, and the new batches are announced (appended) as they close.
+            stop = min(done + APPEND_SLICE, n)
+            sl = slice(done, stop)
             with engine.lock:
                 added = engine.acc.append_arrays(
                     topic, parts if isinstance(parts, int) else parts[sl],
-                    _tail(values, done), keys=_tail(keys, done),
+                    _rows(values, done, stop), keys=_rows(keys, done, stop),
                     timestamps=None if timestamps is None else timestamps[sl],
                     offsets=None if offsets is None else offsets[sl],
-                    headers=_tail_headers(headers, done, n), opaque=target,
+                    headers=_header_rows(headers, done, stop, n), opaque=target,
                     expected_offset=None if expected_offset is None
                     else expected_offset + done)
             self._lanes[topic][1] += added
             engine.appended(added)
             done += added
-            if done < n:
+            if done < n and added < stop - sl.start:  # the queue is full: wait for room
                 now = time.monotonic()
                 stalled_since = stalled_since if added == 0 and stalled_since else now
                 if now - stalled_since > engine.config.delivery_timeout_ms / 1000:
@@ -578,15 +585,16 @@ def _as_list(column) -> list:
     return list(column)
 
 
-def _tail(column, start: int):
-    """The records of a column from ``start`` on (columns keep absolute Arrow offsets)."""
-    if column is None or start == 0:
-        return column
+def _rows(column, start: int, stop: int):
+    """Records ``start`` to ``stop`` of a column ((data, offsets) columns keep absolute
+    offsets into their data)."""
+    if column is None:
+        return None
     if isinstance(column, tuple) and len(column) == 2 and not isinstance(
             column[0], (bytes, type(None))):
         data, offsets = column
-        return (data, offsets[start:])
-    return column[start:]
+        return (data, offsets[start:stop + 1])
+    return column[start:stop]
 
 
 def _per_record_headers(headers, total: int) -> bool:
@@ -598,9 +606,9 @@ def _per_record_headers(headers, total: int) -> bool:
             and (headers[0] is None or isinstance(headers[0], (list, dict))))
 
 
-def _tail_headers(headers, start: int, total: int):
-    if start and _per_record_headers(headers, total):
-        return headers[start:]
+def _header_rows(headers, start: int, stop: int, total: int):
+    if _per_record_headers(headers, total) and (start or stop < total):
+        return headers[start:stop]
     return headers
 
 
