@@ -40,7 +40,7 @@ failure is a ProtocolError that names the struct and the byte.
 """
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint64_t
 from libc.string cimport memcpy
@@ -49,6 +49,7 @@ from libc.string cimport memcpy
 from batch_layout cimport get_i16, get_i32, get_i64, put_i16, put_i32, put_i64
 from varint cimport read_uvarint, uvarint_size, write_uvarint
 
+from kipproducer.protocol.encoder import SPILL_MIN_BYTES
 from kipproducer.protocol.errors import ProtocolError
 
 cdef extern from "Python.h":
@@ -69,15 +70,13 @@ cdef enum:
     LOG_END_TAG_SIZE = 12           # tag count 1, tag 10000 (2 bytes), size 8 (1), int64
     MAX_FRAME_SIZE = 0x7FFFFFFF
 
+# The versions this module codes, for produce_codec.DIRECT_VERSIONS.
+DIRECT_MIN_VERSION = MIN_VERSION
+DIRECT_MAX_VERSION = MAX_VERSION
+
 # Records of at least this many bytes go out as their own buffer (written by the transport
-# straight from the batch), smaller ones are copied into the frame: the encoder's rule
-# (kipproducer.protocol.encoder.SPILL_MIN_BYTES), set by produce_codec at import.
-cdef Py_ssize_t spill_min_bytes = 64 * 1024
-
-
-def set_spill_min_bytes(Py_ssize_t size):
-    global spill_min_bytes
-    spill_min_bytes = size
+# straight from the batch), smaller ones are copied into the frame: the generic encoder's rule.
+cdef Py_ssize_t spill_min_bytes = SPILL_MIN_BYTES
 
 
 # ---- decoded objects ---------------------------------------------------------------------
@@ -217,18 +216,27 @@ cdef Py_ssize_t read_count(Reader *r, str owner, Py_ssize_t min_item_size) excep
     return <Py_ssize_t>n
 
 
-cdef object read_string(Reader *r, str owner, bint nullable):
+cdef Py_ssize_t read_span(Reader *r, str owner) except -2:
+    """The length of a compact string or bytes field, -1 for null; refuses a length that
+    runs past the bytes left (the caller then takes that many bytes at r.p)."""
     cdef uint64_t n = read_length(r, owner)
-    cdef object text
     if n == 0:
-        if not nullable:
-            raise ProtocolError(f"{owner}: null for a non-nullable field")
-        return None
+        return -1
     n -= 1
     if n > <uint64_t>(r.end - r.p):
         raise ProtocolError(f"{owner}: length {n} exceeds the {r.end - r.p} bytes remaining")
+    return <Py_ssize_t>n
+
+
+cdef object read_string(Reader *r, str owner, bint nullable):
+    cdef Py_ssize_t n = read_span(r, owner)
+    cdef object text
+    if n < 0:
+        if not nullable:
+            raise ProtocolError(f"{owner}: null for a non-nullable field")
+        return None
     try:
-        text = PyUnicode_DecodeUTF8(<const char *>r.p, <Py_ssize_t>n, NULL)
+        text = PyUnicode_DecodeUTF8(<const char *>r.p, n, NULL)
     except UnicodeDecodeError:
         raise ProtocolError(f"{owner}: string is not UTF-8 (near byte {r.p - r.start})") \
             from None
@@ -283,8 +291,7 @@ def decode_request_body(object frame, Py_ssize_t pos, int version):
     received bytearray): a ProduceRequestBody whose records are memoryviews of ``frame``."""
     cdef Py_buffer view
     cdef Reader r
-    cdef Py_ssize_t topic_count, part_count, i, j
-    cdef uint64_t size
+    cdef Py_ssize_t topic_count, part_count, i, j, size
     cdef int64_t mode = 0
     cdef bint has_mode = False
     cdef ProduceRequestBody body
@@ -316,17 +323,13 @@ def decode_request_body(object frame, Py_ssize_t pos, int version):
             for j in range(part_count):
                 part = PartitionProduceData.__new__(PartitionProduceData)
                 part.index = read_i32(&r, "PartitionProduceData")
-                size = read_length(&r, "PartitionProduceData")
-                if size == 0:
+                size = read_span(&r, "PartitionProduceData")
+                if size < 0:
                     part.records = None
                 else:
-                    size -= 1
-                    if size > <uint64_t>(r.end - r.p):
-                        raise ProtocolError(f"PartitionProduceData: length {size} exceeds "
-                                            f"the {r.end - r.p} bytes remaining")
                     if frame_view is None:
                         frame_view = memoryview(frame)
-                    part.records = frame_view[r.p - r.start:r.p - r.start + <Py_ssize_t>size]
+                    part.records = frame_view[r.p - r.start:r.p - r.start + size]
                     r.p += size
                 skip_tags(&r, "PartitionProduceData", -1, NULL, 0, NULL)
                 parts.append(part)
@@ -434,14 +437,13 @@ def encode_request(int32_t correlation_id, object client_id, int version, int ac
     """A Produce request frame as buffers for ``writelines``: ``topics`` maps each topic to
     its (partition, record batch) pairs. Records of at least the spill size are passed
     through as their own buffer, uncopied; the rest is one bytearray per run."""
-    cdef Py_ssize_t client_len = -1, name_len, size, total = 0, inline_size = 0, rec_len
+    cdef Py_ssize_t client_len = -1, name_len, size, total = 0, rec_len
     cdef const char *client = NULL
     cdef const char *name
     cdef Py_buffer rec
-    cdef list parts = [], segment_sizes = [], records_views = []
+    cdef list parts = [], segment_sizes = []
     cdef object buf, records
     cdef unsigned char *p
-    cdef unsigned char *seg_end
     cdef Py_ssize_t seg = 0
     cdef int32_t index
     if not MIN_VERSION <= version <= MAX_VERSION:
@@ -556,15 +558,18 @@ cdef unsigned char *reserve(Writer *w, Py_ssize_t n) except NULL:
     return w.data + w.size
 
 
+cdef int write_byte(Writer *w, unsigned char b) except -1:
+    reserve(w, 1)[0] = b
+    w.size += 1
+    return 0
+
+
 cdef int write_nullable_string(Writer *w, object text) except -1:
     cdef Py_ssize_t n
     cdef const char *data
     cdef unsigned char *p
     if text is None:
-        p = reserve(w, 1)
-        p[0] = 0
-        w.size += 1
-        return 0
+        return write_byte(w, 0)
     data = utf8_of(text, &n)
     p = reserve(w, n + MAX_UVARINT_BYTES)
     w.size = put_compact(p, data, n) - w.data
@@ -612,15 +617,11 @@ def encode_response(int32_t correlation_id, int version, list responses):
                     put_i32(p, <int32_t>rec_error["batch_index"])
                     w.size += 4
                     write_nullable_string(&w, rec_error.get("batch_index_error_message"))
-                    p = reserve(&w, 1)
-                    p[0] = 0
-                    w.size += 1
+                    write_byte(&w, 0)  # tags
                 write_nullable_string(&w, answer.get("error_message"))
                 log_end = answer.get("log_end_offset")
                 if log_end is None:
-                    p = reserve(&w, 1)
-                    p[0] = 0
-                    w.size += 1
+                    write_byte(&w, 0)  # no tags
                 else:
                     p = reserve(&w, LOG_END_TAG_SIZE)
                     p[0] = 1
@@ -628,9 +629,7 @@ def encode_response(int32_t correlation_id, int version, list responses):
                     p[3] = 8
                     put_i64(p + 4, <int64_t>log_end)
                     w.size += LOG_END_TAG_SIZE
-            p = reserve(&w, 1)
-            p[0] = 0  # topic tags
-            w.size += 1
+            write_byte(&w, 0)  # topic tags
         p = reserve(&w, 5)
         put_i32(p, 0)  # throttle_time
         p[4] = 0  # no tags

@@ -2,7 +2,8 @@ from typing import Any
 
 from typing_extensions import Buffer
 
-def set_spill_min_bytes(size: int) -> None: ...
+DIRECT_MIN_VERSION: int
+DIRECT_MAX_VERSION: int
 
 class PartitionProduceData:
     @property

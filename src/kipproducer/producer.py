@@ -607,7 +607,7 @@ def _per_record_headers(headers, total: int) -> bool:
 
 
 def _header_rows(headers, start: int, stop: int, total: int):
-    if _per_record_headers(headers, total) and (start or stop < total):
+    if _per_record_headers(headers, total):
         return headers[start:stop]
     return headers
 

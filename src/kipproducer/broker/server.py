@@ -22,6 +22,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING
 
+from kipproducer.alarm import Alarm
 from kipproducer.protocol import (
     FrameReceiver,
     FrameTooLarge,
@@ -33,9 +34,9 @@ from kipproducer.protocol import (
 )
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import (
-    DIRECT_VERSIONS,
     EncodedAnswer,
     decode_produce_request_body,
+    is_direct,
 )
 
 from .api import API_TABLE, RequestContext
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kipproducer.broker")
 
 API_VERSIONS_KEY = 18
-PRODUCE_KEY = 0
 _SIZE = struct.Struct(">i")
 
 
@@ -128,9 +128,7 @@ class ClientLink(asyncio.BufferedProtocol):
         self._reading_paused = False
         self._waiter: asyncio.Future | None = None
         self._writable: asyncio.Future | None = None  # set while the transport is paused
-        # One timer for the connection's waits (see wait()), and the loop time it fires at.
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        self._alarm: Alarm | None = None  # the deadline of wait(), one timer for all waits
 
     # -- asyncio protocol callbacks --
 
@@ -172,9 +170,8 @@ class ClientLink(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         self._wake()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        if self._alarm is not None:
+            self._alarm.cancel()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
 
@@ -197,24 +194,18 @@ class ClientLink(asyncio.BufferedProtocol):
         ``deadline``; the caller looks at the clock to tell which.
 
         The connection waits once per burst of requests, so the wait must not cost a timer
-        (asyncio.timeout schedules and cancels one each time): one timer serves every wait
-        and is re-armed only for a sooner deadline. A wait for a later deadline may wake
-        early, when the timer set for an earlier one fires; the caller then waits again."""
+        (asyncio.timeout schedules and cancels one each time): see kipproducer.alarm. A wait
+        may wake early, when the alarm set for an earlier deadline fires; the caller then
+        waits again."""
         loop = asyncio.get_running_loop()
-        if self._timer is None or self._timer_at > deadline:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = deadline
-            self._timer = loop.call_at(deadline, self._timer_fired)
+        if self._alarm is None:
+            self._alarm = Alarm(loop, self._wake)
+        self._alarm.arm(deadline)
         self._waiter = loop.create_future()
         try:
             await self._waiter
         finally:
             self._waiter = None
-
-    def _timer_fired(self) -> None:
-        self._timer = None
-        self._wake()
 
     def take_frame(self) -> bytearray | None:
         if not self.frames:
@@ -418,7 +409,7 @@ class Connection:
 def decode_body(header, frame: bytearray, offset: int):
     """The request body: Produce at the direct codec's versions through it (the hot path),
     everything else through the generic codec."""
-    if header.api_key == PRODUCE_KEY and header.api_version in DIRECT_VERSIONS:
+    if is_direct(header.api_key, header.api_version):
         try:
             return decode_produce_request_body(frame, offset, header.api_version)
         except ProtocolError as exc:

@@ -35,7 +35,7 @@ from kipproducer.protocol import (
     peek_correlation_id,
 )
 from kipproducer.protocol import error_codes as ec
-from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, decode_produce_response
+from kipproducer.protocol.produce_codec import decode_produce_response, is_direct
 from kipproducer.protocol.schemas import version_range
 from kipproducer.sasl import PLAIN, plain_token
 from kipproducer.sasl.errors import AuthenticationFailed
@@ -45,7 +45,7 @@ from .config import SaslSettings
 
 log = logging.getLogger("kipproducer.engine")
 
-PRODUCE, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 0, 17, 18, 36
+SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 UNSUPPORTED_SASL_MECHANISM = ec.error_code("UNSUPPORTED_SASL_MECHANISM")
 ILLEGAL_SASL_STATE = ec.error_code("ILLEGAL_SASL_STATE")
 
@@ -325,7 +325,7 @@ class BrokerConnection:
             return
         api_key, version, on_answer = entry[0], entry[1], entry[2]
         try:
-            if api_key == PRODUCE and version in DIRECT_VERSIONS:  # the hot path
+            if is_direct(api_key, version):  # Produce: the hot path
                 body = decode_produce_response(frame, version)
             else:
                 body = decode_response(frame, api_key, version).body

@@ -34,6 +34,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from kipproducer.accumulator import ProducerBatch, RecordAccumulator
+from kipproducer.alarm import Alarm
 from kipproducer.errors import ProduceOffsetKafkaError
 from kipproducer.protocol import build_request
 from kipproducer.protocol import error_codes as ec
@@ -115,18 +116,16 @@ class Wakeup:
     """The sender loop's alarm clock: ``wait(timeout)`` returns when ``set()`` is called or
     the timeout passes (or earlier: see below). An asyncio.Event under wait_for costs a
     task's worth of futures and callbacks per wait, and the loop waits once per round, so one
-    future per wait and one timer for all of them: the timer is re-armed only for a sooner
-    deadline, and a wait that it wakes before its own deadline returns early (the sender
-    loop just runs a round)."""
+    future per wait and one Alarm for all of them; a wait that the alarm wakes before its own
+    deadline returns early (the sender loop just runs a round)."""
 
-    __slots__ = ("_loop", "_flag", "_waiter", "_timer", "_timer_at")
+    __slots__ = ("_loop", "_flag", "_waiter", "_alarm")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._flag = False
         self._waiter: asyncio.Future | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
+        self._alarm = Alarm(loop, self._fired)
 
     def set(self) -> None:
         self._flag = True
@@ -141,12 +140,7 @@ class Wakeup:
         if self._flag:
             return
         loop = self._loop
-        deadline = loop.time() + timeout
-        if self._timer is None or self._timer_at > deadline:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer_at = deadline
-            self._timer = loop.call_at(deadline, self._fired)
+        self._alarm.arm(loop.time() + timeout)
         waiter = self._waiter = loop.create_future()
         try:
             await waiter
@@ -154,7 +148,6 @@ class Wakeup:
             self._waiter = None
 
     def _fired(self) -> None:
-        self._timer = None
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -8,8 +8,8 @@ consecutive; Kafka: one batch per partition per request), thousands of requests 
 the four codings that run once per request are done in C (``src/_accel/produce_wire.pyx``,
 where the layouts are spelled out), shared by client and broker:
 
-* client: :func:`encode_produce_request` (records of SPILL_MIN_BYTES or more are passed
-  through as their own buffer, uncopied) and :func:`decode_produce_response`;
+* client: :func:`encode_produce_request` (records of encoder.SPILL_MIN_BYTES or more are
+  passed through as their own buffer, uncopied) and :func:`decode_produce_response`;
 * broker: :func:`decode_produce_request_body` (records are memoryviews of the received
   frame, so the log can stamp offsets in place) and :func:`encode_produce_response` (from
   the handler's dicts, wrapped in an :class:`EncodedAnswer` for the connection to finish).
@@ -27,13 +27,17 @@ from typing import Any, Final
 
 from kipproducer import _produce_wire
 
-from .encoder import SPILL_MIN_BYTES
-
 PRODUCE_API_KEY: Final = 0
-DIRECT_VERSIONS: Final = range(9, 13)
+DIRECT_VERSIONS: Final = range(_produce_wire.DIRECT_MIN_VERSION,
+                               _produce_wire.DIRECT_MAX_VERSION + 1)
 """Versions this module encodes and decodes; others go through the generic codec."""
 
-_produce_wire.set_spill_min_bytes(SPILL_MIN_BYTES)
+
+def is_direct(api_key: int, version: int) -> bool:
+    """Whether a message of ``api_key`` at ``version`` goes through this codec (the broker's
+    and the engine's connections ask, to pick the decoder)."""
+    return api_key == PRODUCE_API_KEY and version in DIRECT_VERSIONS
+
 
 encode_produce_request = _produce_wire.encode_request
 """``(correlation_id, client_id, version, acks, timeout_ms, topics, mode=0) -> list``: a
