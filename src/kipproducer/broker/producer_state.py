@@ -21,8 +21,14 @@ lastOffsetDelta == record count - 1), and the offsets cached are the log offsets
 ``ProducerIdAllocator`` hands out producer ids for InitProducerId from a durable counter in
 the data dir, so an id is never reused across restarts.
 
-Transactions are not handled yet; ``ProducerStateEntry`` keeps ``coordinator_epoch`` and
-``current_txn_first_offset`` so they can be added without changing the snapshot format.
+Transactions (KIP-98): a transactional data batch of a producer with no open transaction in
+this partition opens one at the batch's first offset (``current_txn_first_offset``); an
+end-transaction marker (``complete_txn``, or a control batch replayed by ``apply_batch``)
+closes it and yields a ``CompletedTxn``, which the log turns into an aborted-transaction index
+entry on abort. The open transactions are also kept in a small map (producer id -> first
+offset) so the first unstable offset is found without walking every producer; with no open
+transaction it costs nothing. Producers with an open transaction are never forgotten, neither
+by expiry nor by head truncation.
 
 Not thread-safe by itself: the partition log calls it under its own lock.
 """
@@ -37,7 +43,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kipproducer.errors import KipError
-from kipproducer.records import MAX_SEQUENCE, next_sequence
+from kipproducer.records import MAX_SEQUENCE, Batch, next_sequence
 
 from .storage.durable_files import read_json, write_json_atomically
 
@@ -52,9 +58,14 @@ DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
 # every message schema; tests check that the numbers agree).
 OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 INVALID_PRODUCER_EPOCH: Final = 47
+TRANSACTION_COORDINATOR_FENCED: Final = 52
 INVALID_RECORD: Final = 87
 
 SNAPSHOT_VERSION: Final = 1
+
+# Control record types of an end-transaction marker (Kafka's ControlRecordType).
+CONTROL_TYPE_ABORT: Final = 0
+CONTROL_TYPE_COMMIT: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +155,45 @@ class Rejected:
 CheckResult = Accepted | Duplicate | Rejected
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction closed by a marker: what the aborted-transaction index needs."""
+
+    producer_id: int
+    first_offset: int  # first data offset; the marker's offset when no data was written
+    last_offset: int  # the marker's offset
+    last_stable_offset: int  # the partition's first unstable offset right after the marker
+    aborted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """The content of a control batch's end-transaction record."""
+
+    commit: bool
+    coordinator_epoch: int
+
+
+def read_end_txn_marker(batch: Batch) -> EndTxnMarker | None:
+    """The COMMIT/ABORT marker of a control batch; None for other control records.
+
+    Key: int16 version, int16 type (0 ABORT, 1 COMMIT); value: int16 version, int32
+    coordinator epoch. Other types (KRaft's 2..6) and malformed records are not markers.
+    """
+    for record in batch:
+        key, value = record.key, record.value
+        if key is None or len(key) < 4:
+            return None
+        kind = int.from_bytes(key[2:4], "big", signed=True)
+        if kind not in (CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT):
+            return None
+        coordinator_epoch = -1
+        if value is not None and len(value) >= 6:
+            coordinator_epoch = int.from_bytes(value[2:6], "big", signed=True)
+        return EndTxnMarker(kind == CONTROL_TYPE_COMMIT, coordinator_epoch)
+    return None
+
+
 class ProducerStateError(KipError):
     """An append refused by the producer-state checks; ``error_code`` is the Kafka code."""
 
@@ -173,12 +223,17 @@ class BatchHeader(Protocol):
     @property
     def is_control(self) -> bool: ...
 
+    @property
+    def is_transactional(self) -> bool: ...
+
 
 class ProducerStateManager:
     """Producer id -> ProducerStateEntry for one partition."""
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerStateEntry] = {}
+        # producer id -> first offset of its open transaction (mirrors the entries)
+        self._ongoing: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -191,6 +246,78 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+
+    # -- transactions ------------------------------------------------------------------------
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction, None when none is open."""
+        if not self._ongoing:
+            return None
+        return min(self._ongoing.values())
+
+    def check_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int
+    ) -> Rejected | None:
+        """Kafka's checks for an end-transaction marker: not from an older producer epoch
+        (47), not from an older coordinator epoch than the last marker's (52)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return None
+        if producer_epoch < entry.epoch:
+            return Rejected(
+                INVALID_PRODUCER_EPOCH,
+                f"marker for producer {producer_id} has epoch {producer_epoch}, older than the "
+                f"current epoch {entry.epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            return Rejected(
+                TRANSACTION_COORDINATOR_FENCED,
+                f"marker for producer {producer_id} comes from coordinator epoch "
+                f"{coordinator_epoch}, older than {entry.coordinator_epoch}",
+            )
+        return None
+
+    def complete_txn(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        marker_offset: int,
+        timestamp: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> CompletedTxn:
+        """Record an end-transaction marker appended at ``marker_offset`` (no checks).
+
+        A marker with a newer epoch makes it the producer's epoch (older-epoch data is fenced
+        from now on and the batch cache starts over). A marker with no open transaction (a
+        repeated marker, or one whose data went with retention) still completes one of no
+        data, first offset = the marker's offset, as in Kafka.
+        """
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        if producer_epoch != entry.epoch:
+            entry.epoch = producer_epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry.coordinator_epoch = coordinator_epoch
+        first_offset = entry.current_txn_first_offset
+        entry.current_txn_first_offset = None
+        self._ongoing.pop(producer_id, None)
+        still_open = self.first_unstable_offset()
+        return CompletedTxn(
+            producer_id,
+            marker_offset if first_offset is None else first_offset,
+            marker_offset,
+            marker_offset + 1 if still_open is None else still_open,
+            not commit,
+        )
 
     def check(
         self, producer_id: int, producer_epoch: int, base_sequence: int, last_offset_delta: int
@@ -255,8 +382,13 @@ class ProducerStateManager:
         timestamp: int,
         *,
         is_control: bool = False,
+        is_transactional: bool = False,
     ) -> None:
-        """Record a batch that was appended at [first_offset, last_offset]."""
+        """Record a data batch that was appended at [first_offset, last_offset].
+
+        A transactional batch opens the producer's transaction if none is open. Markers go
+        through ``complete_txn`` (``is_control`` only updates epoch and timestamp).
+        """
         if producer_id < 0:
             return
         entry = self._producers.get(producer_id)
@@ -267,7 +399,12 @@ class ProducerStateManager:
             entry.epoch = producer_epoch
             entry.batches.clear()
         entry.last_timestamp = max(entry.last_timestamp, timestamp)
-        if is_control or base_sequence < 0:
+        if is_control:
+            return
+        if is_transactional and entry.current_txn_first_offset is None:
+            entry.current_txn_first_offset = first_offset
+            self._ongoing[producer_id] = first_offset
+        if base_sequence < 0:
             return
         entry.batches.append(
             BatchMetadata(
@@ -279,10 +416,21 @@ class ProducerStateManager:
             )
         )
 
-    def apply_batch(self, batch: BatchHeader) -> None:
-        """Replay one batch header read back from the log."""
+    def apply_batch(self, batch: BatchHeader) -> CompletedTxn | None:
+        """Replay one batch read back from the log; the transaction a marker completes."""
         if batch.producer_id < 0:
-            return
+            return None
+        if batch.is_control:
+            marker = read_end_txn_marker(batch)  # type: ignore[arg-type]
+            if marker is not None:
+                return self.complete_txn(
+                    batch.producer_id,
+                    batch.producer_epoch,
+                    batch.base_offset,
+                    batch.max_timestamp,
+                    commit=marker.commit,
+                    coordinator_epoch=marker.coordinator_epoch,
+                )
         self.update(
             batch.producer_id,
             batch.producer_epoch,
@@ -292,7 +440,9 @@ class ProducerStateManager:
             batch.last_offset,
             batch.max_timestamp,
             is_control=batch.is_control,
+            is_transactional=batch.is_transactional,
         )
+        return None
 
     def rebuild(self, batches: Iterable[BatchHeader]) -> None:
         """Start over from the log's batches (in offset order)."""
@@ -310,12 +460,16 @@ class ProducerStateManager:
         """Forget producers whose newest batch is below the log start (retention, DeleteRecords).
 
         Their sequence history is gone from the log, so Kafka lets them continue with any
-        sequence. Returns the producer ids removed.
+        sequence. A producer with an open transaction is kept: its marker is still to come
+        and the transaction's first offset still bounds the last stable offset (the log
+        clamps it to the log start). Returns the producer ids removed.
         """
         gone = [
             pid
             for pid, entry in self._producers.items()
-            if entry.batches and entry.last_data_offset < log_start_offset
+            if entry.batches
+            and entry.last_data_offset < log_start_offset
+            and entry.current_txn_first_offset is None
         ]
         for pid in gone:
             del self._producers[pid]
@@ -382,6 +536,11 @@ class ProducerStateManager:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed producer state snapshot: {exc}") from exc
         self._producers = producers
+        self._ongoing = {
+            pid: entry.current_txn_first_offset
+            for pid, entry in producers.items()
+            if entry.current_txn_first_offset is not None
+        }
         return offset
 
     def write_snapshot(self, path: Path, offset: int) -> None:

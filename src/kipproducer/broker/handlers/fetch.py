@@ -4,8 +4,14 @@ Fetch honours max_wait_ms / min_bytes (a long poll woken by appends), max_bytes 
 partition_max_bytes with Kafka's "at least one batch" rule for the first partition that has
 data, topic ids (v13+), and refuses fetch sessions the way Kafka allows: a request for a new
 session gets session id 0 ("no session created", the client goes on with full fetches) and an
-incremental fetch on a session we never created gets FETCH_SESSION_ID_NOT_FOUND. With a single
-replica and no open transactions the last stable offset is the high watermark.
+incremental fetch on a session we never created gets FETCH_SESSION_ID_NOT_FOUND.
+
+Isolation (KIP-98): a read_committed fetch (isolation_level 1) reads only below the last
+stable offset and gets the aborted transactions of the range it reads; read_uncommitted (0)
+reads to the high watermark and gets a null list. Every answer carries the real last stable
+offset. ListOffsets LATEST answers the LSO under read_committed and the high watermark
+otherwise; a timestamp or MAX_TIMESTAMP lookup whose record lies at or above that offset
+finds nothing (Kafka's rule: the result is filtered, not searched for below the bound).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of, partition
 FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 def _topic_of(logs, version: int, topic):
@@ -39,6 +46,7 @@ def _topic_of(logs, version: int, topic):
 def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
     logs = logs_of(ctx)
     v = ctx.api_version
+    read_committed = body.isolation_level == READ_COMMITTED
     remaining = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
     total = 0
     failed = False
@@ -55,6 +63,8 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
                 "error_code": ec.NONE,
                 "high_watermark": -1,
                 "last_stable_offset": -1,
+                # null unless a read_committed read fills it (Kafka's encoding)
+                "aborted_transactions": None,
                 "records": b"",
             }
             if v >= 5:
@@ -79,12 +89,13 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
                     p.fetch_offset,
                     min(p.partition_max_bytes, remaining),
                     min_one_batch=(total == 0),
+                    read_committed=read_committed,
                 )
             except OffsetOutOfRangeError:
                 answer.update(
                     error_code=ec.OFFSET_OUT_OF_RANGE,
                     high_watermark=log.high_watermark,
-                    last_stable_offset=log.high_watermark,
+                    last_stable_offset=log.last_stable_offset,
                 )
                 if v >= 5:
                     answer["log_start_offset"] = log.log_start_offset
@@ -96,9 +107,14 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
             remaining = max(0, remaining - size)
             answer.update(
                 high_watermark=result.high_watermark,
-                last_stable_offset=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 records=result.records if size else b"",
             )
+            if result.aborted_transactions is not None:
+                answer["aborted_transactions"] = [
+                    {"producer_id": producer_id, "first_offset": first_offset}
+                    for producer_id, first_offset in result.aborted_transactions
+                ]
             if v >= 5:
                 answer["log_start_offset"] = result.log_start_offset
             partitions.append(answer)
@@ -135,6 +151,9 @@ async def fetch(ctx: RequestContext, body):
 async def list_offsets(ctx: RequestContext, body):
     logs = logs_of(ctx)
     v = ctx.api_version
+    # v0-1 have no isolation level: read_uncommitted (Kafka bounds them by the log end, the
+    # same offset as the high watermark here).
+    read_committed = v >= 2 and body.isolation_level == READ_COMMITTED
     topics = []
     for topic in body.topics:
         info = logs.topics().get(topic.name)
@@ -155,19 +174,20 @@ async def list_offsets(ctx: RequestContext, body):
                 partitions.append(answer)
                 continue
             ts = p.timestamp
+            fetchable = log.last_stable_offset if read_committed else log.high_watermark
             if ts == LATEST:
-                answer["offset"] = log.high_watermark
+                answer["offset"] = fetchable
             elif ts in (EARLIEST, EARLIEST_LOCAL):
                 answer["offset"] = log.log_start_offset
             elif ts == LATEST_TIERED:
                 answer["offset"] = log.log_start_offset - 1  # nothing is tiered
             elif ts == MAX_TIMESTAMP:
                 found = log.max_timestamp_offset()
-                if found is not None:
+                if found is not None and found[0] < fetchable:
                     answer["offset"], answer["timestamp"] = found
             elif ts >= 0:
                 found = log.offset_for_timestamp(ts)
-                if found is not None:
+                if found is not None and found[0] < fetchable:
                     answer["offset"], answer["timestamp"] = found
             else:
                 answer["error_code"] = ec.INVALID_REQUEST

@@ -2,11 +2,19 @@
 
 Directory content:
 
-- ``NNNNNNNNNNNNNNNNNNNN.log`` / ``.index`` / ``.timeindex``: the segments (see segment.py and
-  index.py), named by base offset. The last one is the active segment that appends go to.
+- ``NNNNNNNNNNNNNNNNNNNN.log`` / ``.index`` / ``.timeindex`` / ``.txnindex``: the segments (see
+  segment.py, index.py and txn_index.py), named by base offset. The last one is the active
+  segment that appends go to.
 - ``partition-state.json``: log start offset and recovery point (written atomically).
-- ``producer-state.snapshot``: idempotent-producer state up to an offset (an optimisation;
-  the log is the truth).
+- ``producer-state.snapshot``: idempotent-producer and open-transaction state up to an
+  offset (an optimisation; the log is the truth).
+
+Transactions (KIP-98): transactional data batches open a producer's transaction at their first
+offset; ``append_marker`` appends the COMMIT/ABORT control batch that closes it, under the
+same lock, so the last stable offset (first offset of the earliest open transaction, else the
+high watermark) moves atomically with the append. Each abort adds an entry to the
+``.txnindex`` of the segment holding its marker; read_committed fetches get the aborted
+transactions of the range they read (``read(..., read_committed=True)``).
 
 Offsets: with ``assign_offsets=True`` a batch gets the log end offset as its base offset; with
 ``assign_offsets=False`` (KIP-391 USE_OFFSETS, replication) it keeps its own, which must be
@@ -27,7 +35,8 @@ a second lock serializes the slow maintenance work (retention, DeleteRecords, co
 close), and compaction reads and rewrites segments without holding the first lock, so
 appends and fetches go on meanwhile. A flush triggered by ``flush.messages`` fsyncs under the
 append lock, so a record is never visible to readers before it is durable; the timer-driven
-``flush`` fsyncs outside it.
+``flush`` fsyncs outside it. Aborted-transaction index entries are fsynced by the same flushes,
+so they are durable before the recovery point passes their markers.
 """
 
 from __future__ import annotations
@@ -39,7 +48,6 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -48,23 +56,29 @@ from kipproducer.records import (
     LAYOUT,
     Batch,
     decode_batches,
+    encode_batch,
     set_base_offset,
     set_partition_leader_epoch,
 )
 
 from ..producer_state import (
+    CONTROL_TYPE_ABORT,
+    CONTROL_TYPE_COMMIT,
     CheckResult,
+    CompletedTxn,
     Duplicate,
     ProducerStateError,
     ProducerStateManager,
     Rejected,
+    read_end_txn_marker,
 )
 from .compaction import (
     CleaningRules,
     CompactionStats,
-    build_offset_map,
+    aborted_ranges,
     compactable_segments,
     needs_cleaning,
+    scan_for_cleaning,
     write_cleaned,
 )
 from .durable_files import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
@@ -81,10 +95,12 @@ from .segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     LogSegment,
     SegmentCorruptionError,
     parse_segment_name,
 )
+from .txn_index import AbortedTxn
 
 log = logging.getLogger("kipproducer.broker.storage")
 
@@ -93,6 +109,7 @@ PRODUCER_SNAPSHOT_FILE = "producer-state.snapshot"
 STATE_VERSION = 1
 
 _TIMESTAMP_TYPE_FLAG = 0x08
+_CONTROL_FLAG = 0x20
 _ATTRIBUTES = struct.Struct(">h")
 _TIMESTAMP = struct.Struct(">q")
 _CRC = struct.Struct(">I")
@@ -100,6 +117,15 @@ _CRC = struct.Struct(">I")
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:
+    return AbortedTxn(
+        completed.producer_id,
+        completed.first_offset,
+        completed.last_offset,
+        completed.last_stable_offset,
+    )
 
 
 class AppendResult(NamedTuple):
@@ -122,6 +148,45 @@ class LogReadResult(NamedTuple):
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    # read_committed: (producer id, first offset) of the aborted transactions overlapping
+    # [start offset, next_offset), by first offset; None for read_uncommitted
+    aborted_transactions: list[tuple[int, int]] | None = None
+
+
+def build_end_txn_marker(
+    producer_id: int,
+    producer_epoch: int,
+    *,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp: int,
+    base_offset: int = 0,
+) -> bytearray:
+    """Kafka's end-transaction marker: a control batch with one control record.
+
+    Attributes transactional|control, base sequence -1; key = int16 version 0 + int16 type
+    (0 ABORT, 1 COMMIT), value = int16 version 0 + int32 coordinator epoch. Encoded by the
+    project's codec as a transactional batch, then the control bit is set and the CRC redone.
+    """
+    kind = CONTROL_TYPE_COMMIT if commit else CONTROL_TYPE_ABORT
+    key = struct.pack(">hh", 0, kind)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    buf = bytearray(
+        encode_batch(
+            [(key, value, None, timestamp)],
+            base_offset=base_offset,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=-1,
+            transactional=True,
+        )
+    )
+    attributes_pos = LAYOUT["attributes"]
+    (attributes,) = _ATTRIBUTES.unpack_from(buf, attributes_pos)
+    _ATTRIBUTES.pack_into(buf, attributes_pos, attributes | _CONTROL_FLAG)
+    _CRC.pack_into(buf, LAYOUT["crc"], crc32c(memoryview(buf)[attributes_pos:]))
+    return buf
 
 
 def stamp_log_append_time(buf: bytearray | memoryview, timestamp: int, pos: int = 0) -> None:
@@ -189,6 +254,50 @@ class PartitionLog:
         return self.log_end_offset
 
     @property
+    def last_stable_offset(self) -> int:
+        """First offset of the earliest open transaction (not below the log start, as
+        Kafka clamps it), else the high watermark: read_committed reads stop here."""
+        with self._lock:
+            return self._last_stable_offset_locked()
+
+    def _last_stable_offset_locked(self) -> int:
+        high_watermark = self._segments[-1].next_offset
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return high_watermark
+        return min(high_watermark, max(first_unstable, self._log_start_offset))
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction in this partition."""
+        with self._lock:
+            return self.producer_state.ongoing_transactions()
+
+    def aborted_transactions(self, start_offset: int, upper_offset: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping
+        [start_offset, upper_offset), by first offset (a read_committed fetch's list)."""
+        with self._lock:
+            self._check_open()
+            return self._aborted_transactions_locked(start_offset, upper_offset)
+
+    def _aborted_transactions_locked(
+        self, start_offset: int, upper_offset: int
+    ) -> list[tuple[int, int]]:
+        if upper_offset <= start_offset:
+            return []
+        found: list[AbortedTxn] = []
+        # An entry lives in its marker's segment, and a marker overlapping the range is at or
+        # after start_offset: earlier segments cannot hold one.
+        for segment in self._segments[self._segment_index(start_offset) :]:
+            if not segment.txn_index.entries:
+                continue
+            entries, complete = segment.txn_index.collect(start_offset, upper_offset)
+            found.extend(entries)
+            if complete:
+                break
+        found.sort(key=lambda entry: entry.first_offset)
+        return [(entry.producer_id, entry.first_offset) for entry in found]
+
+    @property
     def recovery_point(self) -> int:
         """Everything below this offset is known to be fsynced."""
         return self._recovery_point
@@ -231,7 +340,7 @@ class PartitionLog:
         for base in bases:
             segments.append(
                 LogSegment.open_existing(self.directory, base, index_interval_bytes=interval))
-        self._recover_segments(segments, recovery_point)
+        stale_txn_indexes = self._recover_segments(segments, recovery_point)
         if not segments:
             self._segments.append(self._create_segment(self._log_start_offset))
         log_end = self._segments[-1].next_offset
@@ -249,7 +358,9 @@ class PartitionLog:
         for segment in self._take_segments_below_log_start():
             segment.delete()
         self._recovery_point = self._segments[-1].next_offset
-        self._load_producer_state()
+        self._load_producer_state(
+            [segment for segment in stale_txn_indexes if segment in self._segments]
+        )
         self._write_state()
 
     def _read_state(self) -> dict[str, int]:
@@ -292,14 +403,25 @@ class PartitionLog:
             elif name.endswith(CLEANED_SUFFIX) or name.endswith(TEMP_SUFFIX):
                 log.info("%s: removing unfinished file %s", self.directory, name)
                 (self.directory / name).unlink()
-            elif name.endswith(INDEX_SUFFIX) or name.endswith(TIME_INDEX_SUFFIX):
+            elif (
+                name.endswith(INDEX_SUFFIX)
+                or name.endswith(TIME_INDEX_SUFFIX)
+                or name.endswith(TXN_INDEX_SUFFIX)
+            ):
                 if name.rsplit(".", 1)[0] + LOG_SUFFIX not in log_names:
                     (self.directory / name).unlink()
         return sorted(bases)
 
-    def _recover_segments(self, segments: list[LogSegment], recovery_point: int) -> None:
-        """Load every segment; recover (validate, truncate) those not known to be flushed."""
+    def _recover_segments(
+        self, segments: list[LogSegment], recovery_point: int
+    ) -> list[LogSegment]:
+        """Load every segment; recover (validate, truncate) those not known to be flushed.
+
+        Returns the segments whose aborted-transaction index must be rebuilt from the log:
+        the recovered ones and those whose ``.txnindex`` is missing or bad.
+        """
         min_offset = 0
+        stale_txn_indexes = []
         for i, segment in enumerate(segments):
             loaded = segment.load()
             if (
@@ -308,7 +430,15 @@ class PartitionLog:
                 and segment.base_offset >= min_offset
             ):
                 min_offset = segment.next_offset
+                if not segment.txn_index.load(segment.next_offset):
+                    log.info(
+                        "%s: rebuilding the transaction index of segment %d",
+                        self.directory,
+                        segment.base_offset,
+                    )
+                    stale_txn_indexes.append(segment)
                 continue
+            stale_txn_indexes.append(segment)
             is_last = i == len(segments) - 1
             before = segment.next_offset if loaded else None
             outcome = segment.recover(validate_from_offset=recovery_point, min_offset=min_offset)
@@ -331,27 +461,45 @@ class PartitionLog:
                 )
             segment.fsync()
             min_offset = segment.next_offset
+        return stale_txn_indexes
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, stale_txn_indexes: list[LogSegment]) -> None:
+        """Producer state from the snapshot plus a replay of the log after it; the replay
+        also rebuilds the aborted-transaction indexes of ``stale_txn_indexes``.
+
+        Rebuilding a segment's index needs the state as of the segment's start (a
+        transaction aborted there may have begun earlier), so when the snapshot is past the
+        first stale segment the replay starts from the beginning of the log.
+        """
         snapshot = self.directory / PRODUCER_SNAPSHOT_FILE
         log_end = self._segments[-1].next_offset
+        first_base = self._segments[0].base_offset
         offset = self.producer_state.load_snapshot(snapshot)
-        if offset is None or offset > log_end or offset < self._log_start_offset:
+        if offset is None or offset > log_end or offset < first_base:
+            # Replay what is on disk, below the log start too: a transaction opened there
+            # may still be open (truncate_head below forgets the rest).
             self.producer_state.clear()
-            offset = self._log_start_offset
-        for batch in self._batches_from(offset):
-            self.producer_state.apply_batch(batch)
-        self.producer_state.truncate_head(self._log_start_offset)
-
-    def _batches_from(self, offset: int) -> Iterator[Batch]:
-        """Headers of every batch holding offsets >= ``offset``, in order."""
+            offset = first_base
+        rebuilt: dict[int, list[AbortedTxn]] = {
+            segment.base_offset: [] for segment in stale_txn_indexes
+        }
+        if stale_txn_indexes and stale_txn_indexes[0].base_offset < offset:
+            self.producer_state.clear()
+            offset = first_base
         for segment in list(self._segments):
             if segment.next_offset <= offset:
                 continue
+            entries = rebuilt.get(segment.base_offset)
             position = segment.offset_index.lookup(offset)
             for _, batch in segment.iter_batches(position):
-                if batch.last_offset >= offset:
-                    yield batch
+                if batch.last_offset < offset:
+                    continue
+                completed = self.producer_state.apply_batch(batch)
+                if completed is not None and completed.aborted and entries is not None:
+                    entries.append(_aborted_entry(completed))
+        for segment in stale_txn_indexes:
+            segment.txn_index.replace(rebuilt[segment.base_offset])
+        self.producer_state.truncate_head(self._log_start_offset)
 
     # -- segments ------------------------------------------------------------------------------
 
@@ -476,8 +624,21 @@ class PartitionLog:
             set_partition_leader_epoch(batch_buf, leader_epoch)
             if log_append_time >= 0:
                 stamp_log_append_time(batch_buf, log_append_time)
+            marker = read_end_txn_marker(batch) if batch.is_control else None
             active.append(batch_buf, base_offset, last_offset, max_timestamp)
-            if producer_id >= 0:
+            if producer_id >= 0 and marker is not None:
+                # A marker that arrives as a batch (replication) closes the transaction as
+                # append_marker does.
+                self._complete_txn_locked(
+                    active,
+                    producer_id,
+                    batch.producer_epoch,
+                    base_offset,
+                    max_timestamp,
+                    commit=marker.commit,
+                    coordinator_epoch=marker.coordinator_epoch,
+                )
+            elif producer_id >= 0:
                 self.producer_state.update(
                     producer_id,
                     batch.producer_epoch,
@@ -487,6 +648,7 @@ class PartitionLog:
                     last_offset,
                     max_timestamp,
                     is_control=batch.is_control,
+                    is_transactional=batch.is_transactional,
                 )
             self._unflushed_records += max(batch.record_count, 1)
             if self._unflushed_records >= config.flush_messages:
@@ -494,6 +656,94 @@ class PartitionLog:
             return AppendResult(
                 base_offset, last_offset, log_append_time, self._log_start_offset, last_offset + 1
             )
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int = 0,
+        only_if_ongoing: bool = False,
+        leader_epoch: int = 0,
+    ) -> AppendResult | None:
+        """Append an end-transaction marker (COMMIT or ABORT) for ``producer_id``.
+
+        The control batch takes one offset at the log end and closes the producer's open
+        transaction here; an abort adds an entry to the active segment's transaction index.
+        The last stable offset moves with the append, under the append lock.
+        ``only_if_ongoing``: with no open transaction for the producer, write nothing and
+        return None (a coordinator re-completing a transaction after a restart). Raises
+        ProducerStateError: INVALID_PRODUCER_EPOCH (47) for an epoch older than the
+        producer's, TRANSACTION_COORDINATOR_FENCED (52) for a coordinator epoch older than
+        the one of the producer's last marker. Markers count toward ``flush.messages``.
+        """
+        with self._lock:
+            self._check_open()
+            if only_if_ongoing:
+                entry = self.producer_state.entry(producer_id)
+                if entry is None or entry.current_txn_first_offset is None:
+                    return None
+            rejected = self.producer_state.check_marker(
+                producer_id, producer_epoch, coordinator_epoch
+            )
+            if rejected is not None:
+                raise ProducerStateError(rejected)
+            config = self._config
+            offset = self._segments[-1].next_offset
+            timestamp = _now_ms()
+            buf = build_end_txn_marker(
+                producer_id,
+                producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                timestamp=timestamp,
+                base_offset=offset,
+            )
+            log_append_time = -1
+            if config.log_append_time:
+                log_append_time = timestamp
+                stamp_log_append_time(buf, timestamp)
+            set_partition_leader_epoch(buf, leader_epoch)
+            active = self._segments[-1]
+            if self._should_roll(active, len(buf), timestamp, offset):
+                active = self._roll_locked(offset)
+            active.append(buf, offset, offset, timestamp)
+            self._complete_txn_locked(
+                active,
+                producer_id,
+                producer_epoch,
+                offset,
+                timestamp,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+            )
+            self._unflushed_records += 1
+            if self._unflushed_records >= config.flush_messages:
+                self._flush_locked()
+            return AppendResult(offset, offset, log_append_time, self._log_start_offset, offset + 1)
+
+    def _complete_txn_locked(
+        self,
+        segment: LogSegment,
+        producer_id: int,
+        producer_epoch: int,
+        marker_offset: int,
+        timestamp: int,
+        *,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        completed = self.producer_state.complete_txn(
+            producer_id,
+            producer_epoch,
+            marker_offset,
+            timestamp,
+            commit=commit,
+            coordinator_epoch=coordinator_epoch,
+        )
+        if completed.aborted:
+            segment.txn_index.append(_aborted_entry(completed))
 
     # -- read ----------------------------------------------------------------------------------
 
@@ -504,6 +754,7 @@ class PartitionLog:
         *,
         max_offset: int | None = None,
         min_one_batch: bool = True,
+        read_committed: bool = False,
     ) -> LogReadResult:
         """Whole batches starting with the one that holds ``start_offset``.
 
@@ -515,6 +766,9 @@ class PartitionLog:
         returned. The result is one buffer from one segment; a consumer reaching the end of a
         segment gets the next one on its next fetch. Raises OffsetOutOfRangeError when
         ``start_offset`` is below the log start or above the log end.
+
+        ``read_committed``: only batches below the last stable offset, and the result lists
+        the aborted transactions overlapping [start_offset, next_offset).
         """
         with self._lock:
             self._check_open()
@@ -522,7 +776,10 @@ class PartitionLog:
             log_end = self._segments[-1].next_offset
             if start_offset < log_start or start_offset > log_end:
                 raise OffsetOutOfRangeError(start_offset, log_start, log_end)
+            stable = self._last_stable_offset_locked()
             limit = log_end if max_offset is None else min(max_offset, log_end)
+            if read_committed:
+                limit = min(limit, stable)
             found = None
             if start_offset < limit:
                 for segment in self._segments[self._segment_index(start_offset) :]:
@@ -536,12 +793,30 @@ class PartitionLog:
                         ) from exc
                     if found is not None:
                         break
+            aborted = None
+            if read_committed:
+                upper = start_offset if found is None else found.next_offset
+                aborted = self._aborted_transactions_locked(start_offset, upper)
             if found is None:
                 return LogReadResult(
-                    memoryview(b""), start_offset, start_offset, log_end, log_start, log_end
+                    memoryview(b""),
+                    start_offset,
+                    start_offset,
+                    log_end,
+                    log_start,
+                    log_end,
+                    stable,
+                    aborted,
                 )
             return LogReadResult(
-                found.records, found.first_offset, found.next_offset, log_end, log_start, log_end
+                found.records,
+                found.first_offset,
+                found.next_offset,
+                log_end,
+                log_start,
+                log_end,
+                stable,
+                aborted,
             )
 
     # -- ListOffsets -----------------------------------------------------------------------------
@@ -752,17 +1027,27 @@ class PartitionLog:
                 if not config.compact:
                     return stats
                 segments = compactable_segments(
-                    self._segments, now_ms, config.min_compaction_lag_ms
+                    self._segments,
+                    now_ms,
+                    config.min_compaction_lag_ms,
+                    self._last_stable_offset_locked(),
                 )
                 producer_last_offsets = self.producer_state.last_data_offsets()
+                aborted = aborted_ranges(
+                    entry for segment in self._segments for entry in segment.txn_index.entries
+                )
             if not segments:
                 return stats
             # Segments other than the active one never change except through this method
             # (which holds the maintenance lock), so they are read without the main lock.
+            horizon_ms = now_ms - config.delete_retention_ms
+            latest, removable_markers = scan_for_cleaning(segments, aborted, horizon_ms)
             rules = CleaningRules(
-                latest=build_offset_map(segments),
-                tombstone_horizon_ms=now_ms - config.delete_retention_ms,
+                latest=latest,
+                tombstone_horizon_ms=horizon_ms,
                 producer_last_offsets=producer_last_offsets,
+                aborted=aborted,
+                removable_markers=removable_markers,
             )
             for segment in segments:
                 if not needs_cleaning(segment, rules):
@@ -826,11 +1111,18 @@ class PartitionLog:
                 for segment in self._segments
                 if segment.flushed_size < segment.size
             ]
+            txn_indexes = [
+                (segment.txn_index, segment.txn_index.written_count)
+                for segment in self._segments
+                if segment.txn_index.unsynced
+            ]
             flushed_to = self._segments[-1].next_offset
             self._unflushed_records = 0
         try:
             for _, _, fd in pending:
                 os.fsync(fd)
+            for txn_index, written in txn_indexes:
+                txn_index.fsync(written)
         finally:
             for _, _, fd in pending:
                 os.close(fd)

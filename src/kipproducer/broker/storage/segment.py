@@ -1,4 +1,5 @@
-"""One log segment: a ``.log`` file of record batches plus its offset and time indexes.
+"""One log segment: a ``.log`` file of record batches plus its offset, time and aborted-
+transaction indexes (``.index``, ``.timeindex``: index.py; ``.txnindex``: txn_index.py).
 
 Files are named by the segment's base offset, 20 digits (``00000000000000000042.log``), as in
 Kafka. Batches are stored exactly as they travel on the wire (RecordBatch v2), so a fetch is
@@ -34,6 +35,7 @@ from kipproducer.records import (
 
 from .durable_files import fsync_dir, write_all
 from .index import OffsetIndex, TimeIndex, fits_relative_offset
+from .txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger("kipproducer.broker.storage")
 
@@ -106,6 +108,7 @@ class LogSegment:
         self.log_path = log_path or directory / (name + LOG_SUFFIX)
         self.offset_index = OffsetIndex(directory / (name + INDEX_SUFFIX), base_offset)
         self.time_index = TimeIndex(directory / (name + TIME_INDEX_SUFFIX), base_offset)
+        self.txn_index = TransactionIndex(directory / (name + TXN_INDEX_SUFFIX), base_offset)
         self.index_interval_bytes = index_interval_bytes
         self._fd = fd
         self.size = os.fstat(fd).st_size
@@ -134,6 +137,14 @@ class LogSegment:
         segment = cls(
             directory, base_offset, fd, index_interval_bytes=index_interval_bytes, log_path=path
         )
+        if not cleaned:
+            # An empty file says "no aborts here"; a missing one says "lost, rebuild it". A
+            # compaction output gets its file when it is installed.
+            try:
+                segment.txn_index.create_empty()
+            except BaseException:
+                segment.close()
+                raise
         # A new segment has nothing unflushed: its (empty) content is durable once the
         # directory entry is, which the log fsyncs.
         return segment
@@ -430,6 +441,7 @@ class LogSegment:
 
     def fsync(self) -> None:
         os.fsync(self._fd)
+        self.txn_index.fsync()
         self.flushed_size = self.size
 
     def dup_fd(self) -> int:
@@ -478,10 +490,12 @@ class LogSegment:
         replaced.close()
         replaced.offset_index.delete_file()
         replaced.time_index.delete_file()
+        replaced.txn_index.delete_file()
         os.replace(self.log_path, replaced.log_path)
         self.log_path = replaced.log_path
         fsync_dir(self.directory)
         self.flush_indexes(fsync=True)
+        self.txn_index.replace(self.txn_index.entries)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -490,7 +504,12 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in (
+            self.log_path,
+            self.offset_index.path,
+            self.time_index.path,
+            self.txn_index.path,
+        ):
             path.unlink(missing_ok=True)
 
     @property
