@@ -1,12 +1,13 @@
 """The group coordinator of the reference broker: classic group membership and offsets.
 
 ``GroupCoordinator`` implements JoinGroup / SyncGroup / Heartbeat / LeaveGroup / OffsetCommit /
-OffsetFetch / ListGroups / DescribeGroups / DeleteGroups over plain Python values; the broker's
+TxnOffsetCommit / OffsetFetch / ListGroups / DescribeGroups / DeleteGroups over plain Python
+values (and ``complete_transaction`` for the transaction coordinator); the broker's
 request handlers translate requests and responses. Error codes are the ints in ``errors``.
 """
 
 from . import errors
-from .coordinator import GroupCoordinator
+from .coordinator import GroupCoordinator, GroupCoordinatorNotActive
 from .group import GroupState
 from .results import (
     NO_COMMITTED_OFFSET,
@@ -24,6 +25,7 @@ from .results import (
 __all__ = [
     "NO_COMMITTED_OFFSET",
     "GroupCoordinator",
+    "GroupCoordinatorNotActive",
     "GroupDescription",
     "GroupOverview",
     "GroupState",

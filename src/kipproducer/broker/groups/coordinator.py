@@ -1,9 +1,10 @@
 """GroupCoordinator: the classic consumer-group protocol, independent of the wire format.
 
 The broker's request handlers call one method per request (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups) with plain
-Python values and turn the returned values into responses. Error codes are Kafka's (see
-``errors``).
+LeaveGroup, OffsetCommit, TxnOffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
+DeleteGroups) with plain Python values and turn the returned values into responses. Error codes
+are Kafka's (see ``errors``). The transaction coordinator calls ``complete_transaction`` when a
+transaction that committed offsets to a group ends.
 
 Groups are generic over their ``protocol_type``: "consumer", "connect", a KIP-509 "producer"
 group or anything else behave the same; member metadata and assignments are opaque bytes.
@@ -13,8 +14,9 @@ Every method changes the state synchronously before its first ``await``; only Jo
 SyncGroup wait (for the rebalance to get far enough), and a cancelled waiter does not disturb
 the group (the member stays parked, as in Kafka, until the rebalance answers it).
 
-Durability: committed offsets and each completed rebalance's group metadata are fsynced to an
-append-only log in ``data_dir`` before the request is answered (see ``offset_store``).
+Durability: committed offsets, pending transactional offsets, transaction ends and each
+completed rebalance's group metadata are fsynced to an append-only log in ``data_dir`` before
+the request is answered (see ``offset_store``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .group import ClassicGroup, GroupState
 from .join import JoinHandler
 from .member import JoinRequest
 from .offset_store import DEFAULT_COMPACT_AFTER_BYTES, GroupStore
-from .offsets import expired_partitions, validate_offset_commit
+from .offsets import expired_partitions, validate_offset_commit, validate_txn_offset_commit
 from .rebalance import RebalanceEngine
 from .results import (
     NO_COMMITTED_OFFSET,
@@ -49,6 +51,7 @@ from .results import (
 )
 from .stored import CommittedOffset
 from .timers import KeyedTimers
+from .txn_offsets import add_pending, end_transaction, pending_partitions, settles
 
 logger = logging.getLogger("kipproducer.broker.groups")
 
@@ -58,6 +61,10 @@ _RETENTION_TIMER_KEY = ("offsets-retention",)
 
 # (offset, leader_epoch or None, metadata or None), as an OffsetCommit partition carries them
 CommitValue = tuple[int, int | None, str | None]
+
+
+class GroupCoordinatorNotActive(RuntimeError):
+    """``complete_transaction`` was called before ``start()`` or after ``close()``."""
 
 
 def _wall_clock_ms() -> int:
@@ -138,7 +145,7 @@ class GroupCoordinator:
             return
         for group_id, stored in self._store.open().items():
             self._groups[group_id] = ClassicGroup.from_stored(
-                group_id, stored.metadata, stored.offsets
+                group_id, stored.metadata, stored.offsets, stored.pending
             )
         self._active = True
         for group in self._groups.values():
@@ -466,6 +473,21 @@ class GroupCoordinator:
             # a commit is as good a sign of life as a heartbeat
             self._engine.reschedule_heartbeat(group, member)
 
+        results, accepted = self._accept_offsets(offsets)
+        if accepted:
+            try:
+                stored = self._store.append_offsets(group.group_id, accepted)
+            except OSError:
+                logger.exception("group %s: could not store committed offsets", group.group_id)
+                results.update(all_failed(accepted, errors.NOT_COORDINATOR))
+                return results
+            group.offsets.update(stored)
+        return results
+
+    def _accept_offsets(
+        self, offsets: Mapping[TopicPartition, CommitValue]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, CommittedOffset]]:
+        """Per-partition checks of a commit: (result per partition, offsets to store)."""
         now = self.clock_ms()
         results: dict[TopicPartition, int] = {}
         accepted: dict[TopicPartition, CommittedOffset] = {}
@@ -478,15 +500,91 @@ class GroupCoordinator:
             epoch = NO_LEADER_EPOCH if leader_epoch is None else leader_epoch
             accepted[tp] = CommittedOffset(offset, epoch, metadata, now)
             results[tp] = errors.NONE
-        if accepted:
+        return results, accepted
+
+    # -------------------------------------------------------------------- TxnOffsetCommit
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, CommitValue],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: store ``offsets`` as pending for (group, producer id) until
+        ``complete_transaction``; they are invisible to OffsetFetch until the commit.
+
+        The handler has already checked ACLs, topics and (with the transaction coordinator) that
+        the transaction is open and the group was added to it. TxnOffsetCommit v0-2 carry no
+        member: pass "", -1, None. Errors (the same for every partition unless noted):
+        INVALID_GROUP_ID (empty group id); ILLEGAL_GENERATION (unknown group with a generation,
+        or a stale generation: KIP-447 zombie fencing); UNKNOWN_MEMBER_ID; FENCED_INSTANCE_ID;
+        OFFSET_METADATA_TOO_LARGE (per partition); NOT_COORDINATOR (could not be written);
+        COORDINATOR_NOT_AVAILABLE. Accepted offsets are fsynced before this returns.
+        """
+        if not self._active:
+            return all_failed(offsets, errors.COORDINATOR_NOT_AVAILABLE)
+        if not group_id:
+            return all_failed(offsets, errors.INVALID_GROUP_ID)
+        group = self._groups.get(group_id)
+        created = group is None
+        if group is None:
+            if generation_id >= 0:
+                return all_failed(offsets, errors.ILLEGAL_GENERATION)
+            # a producer outside any consumer group (or with an unknown one): a simple group
+            group = self._groups[group_id] = ClassicGroup(group_id, self.clock_ms())
+        try:
+            error = validate_txn_offset_commit(group, member_id, group_instance_id, generation_id)
+            if error != errors.NONE:
+                return all_failed(offsets, error)
+            results, accepted = self._accept_offsets(offsets)
+            if not accepted:
+                return results
             try:
-                self._store.append_offsets(group.group_id, accepted)
+                stored = self._store.append_txn_offsets(
+                    group_id, producer_id, producer_epoch, accepted
+                )
             except OSError:
-                logger.exception("group %s: could not store committed offsets", group.group_id)
+                logger.exception("group %s: could not store transactional offsets", group_id)
                 results.update(all_failed(accepted, errors.NOT_COORDINATOR))
                 return results
-            group.offsets.update(accepted)
-        return results
+            add_pending(group.pending_txn_offsets, producer_id, producer_epoch, stored)
+            return results
+        finally:
+            if created:
+                self._discard_if_unused(group)
+
+    async def complete_transaction(
+        self, group_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """The producer's transaction ended: on commit its pending offsets for the group become
+        committed offsets (each only if written after the partition's current committed offset:
+        a plain OffsetCommit made during the transaction wins); on abort they are dropped.
+        Durable before this returns.
+
+        Idempotent: with nothing pending for the producer (a repeat after a restart, or the
+        group was deleted meanwhile), or pending offsets of a newer epoch (a later
+        transaction's), nothing happens. Raises GroupCoordinatorNotActive when not started and
+        OSError when the record could not be written (nothing changed; call again).
+        """
+        if not self._active:
+            raise GroupCoordinatorNotActive("the group coordinator is not running")
+        group = self._groups.get(group_id)
+        if group is None or not settles(group.pending_txn_offsets, producer_id, producer_epoch):
+            return
+        self._store.append_txn_end(group_id, producer_id, producer_epoch, commit=commit)
+        end_transaction(
+            group.offsets, group.pending_txn_offsets, producer_id, producer_epoch, commit
+        )
+        logger.debug(
+            "group %s: transaction of producer %d %s",
+            group_id,
+            producer_id,
+            "committed" if commit else "aborted",
+        )
 
     # ------------------------------------------------------------------------ OffsetFetch
 
@@ -498,7 +596,7 @@ class GroupCoordinator:
         With ``partitions`` every requested partition is answered, (-1, -1, "") when nothing
         is committed (or the group is unknown); with None, all committed partitions of the
         group. Offsets are returned whatever the group's state (simple groups have no members).
-        There are no transactional offsets here, so nothing is ever UNSTABLE_OFFSET_COMMIT.
+        Pending transactional offsets are not visible: see ``unstable_partitions``.
         """
         group = self._groups.get(group_id) if self._active else None
         committed = group.offsets if group is not None else {}
@@ -516,6 +614,12 @@ class GroupCoordinator:
                 else OffsetAndMetadata(o.offset, o.leader_epoch, o.metadata)
             )
         return found
+
+    def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with pending transactional offsets: an OffsetFetch with
+        ``require_stable`` (v7+) answers them UNSTABLE_OFFSET_COMMIT, as Kafka does."""
+        group = self._groups.get(group_id) if self._active else None
+        return set() if group is None else pending_partitions(group.pending_txn_offsets)
 
     # -------------------------------------------------------- List/Describe/DeleteGroups
 
@@ -569,6 +673,9 @@ class GroupCoordinator:
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
         """DeleteGroups: removes Empty groups and their offsets.
 
+        Pending transactional offsets go with the group, as in Kafka 4 (they are deleted with
+        tombstones); the transaction's later end finds nothing to commit.
+
         Per group: NONE; GROUP_ID_NOT_FOUND (unknown); NON_EMPTY_GROUP (has members or is
         rebalancing); NOT_COORDINATOR (the tombstone could not be written);
         COORDINATOR_NOT_AVAILABLE.
@@ -590,8 +697,9 @@ class GroupCoordinator:
     # -------------------------------------------------------------------- retention
 
     def expire_offsets(self) -> int:
-        """Drop offsets past ``offsets_retention_ms`` of groups without members, then groups
-        left Empty with no offsets. Runs every ``offsets_retention_check_interval_ms``; public
+        """Drop offsets past ``offsets_retention_ms`` of groups without members (but not of
+        partitions with pending transactional offsets), then groups left Empty with no offsets
+        and no open transaction. Runs every ``offsets_retention_check_interval_ms``; public
         for tests and admin use. Returns how many offsets were removed."""
         if not self._active:
             return 0
@@ -611,7 +719,12 @@ class GroupCoordinator:
                 logger.info(
                     "group %s: expired %d offsets after retention", group.group_id, len(expired)
                 )
-            if group.is_in(GroupState.EMPTY) and not group.offsets and not group.pending_members:
+            if (
+                group.is_in(GroupState.EMPTY)
+                and not group.offsets
+                and not group.pending_members
+                and not group.pending_txn_offsets
+            ):
                 self._remove_group(group, "empty and without offsets")
         return removed
 
@@ -647,6 +760,7 @@ class GroupCoordinator:
             and not group.members
             and not group.pending_members
             and not group.offsets
+            and not group.pending_txn_offsets
             and not self._store.knows_group(group.group_id)
             and self._groups.get(group.group_id) is group
         ):
@@ -662,6 +776,7 @@ class GroupCoordinator:
                 "members": list(group.members),
                 "pending_members": sorted(group.pending_members),
                 "offsets": len(group.offsets),
+                "open_transactions": sorted(group.pending_txn_offsets),
             }
             for group_id, group in self._groups.items()
         }

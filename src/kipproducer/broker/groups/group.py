@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from . import errors
 from .member import GroupMember, Protocols
 from .results import JoinedMember, TopicPartition
-from .stored import CommittedOffset, StoredGroupMetadata, StoredMember
+from .stored import CommittedOffset, PendingTxnOffsets, StoredGroupMetadata, StoredMember
 
 
 class GroupState(enum.Enum):
@@ -64,6 +64,8 @@ class ClassicGroup:
         # a member joined during the initial (delayed) rebalance: extend the delay once more
         self.new_member_added = False
         self.offsets: dict[TopicPartition, CommittedOffset] = {}
+        # producer id -> offsets of its open transaction (TxnOffsetCommit), not yet visible
+        self.pending_txn_offsets: dict[int, PendingTxnOffsets] = {}
 
     def __repr__(self) -> str:
         return (
@@ -289,10 +291,12 @@ class ClassicGroup:
         group_id: str,
         metadata: StoredGroupMetadata | None,
         offsets: dict[TopicPartition, CommittedOffset],
+        pending_txn_offsets: dict[int, PendingTxnOffsets] | None = None,
     ) -> ClassicGroup:
         """A loaded group: Stable if its last rebalance left members, else Empty."""
         group = cls(group_id)
         group.offsets = dict(offsets)
+        group.pending_txn_offsets = dict(pending_txn_offsets or {})
         if metadata is None:
             return group  # only ever used for admin commits: a "simple" group
         group.generation_id = metadata.generation_id

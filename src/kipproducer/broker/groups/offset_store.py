@@ -15,7 +15,16 @@ Record types (``"type"``):
 - ``group``: the group's metadata after a rebalance (replaces the previous one);
 - ``offsets``: the offsets of one OffsetCommit (upserts);
 - ``offsets_deleted``: offsets removed by retention;
-- ``group_deleted``: tombstone of a deleted or expired group (metadata and offsets).
+- ``group_deleted``: tombstone of a deleted or expired group (metadata, offsets and pending
+  transactional offsets);
+- ``txn_offsets``: the offsets of one TxnOffsetCommit, pending for (group, producer id) until
+  the transaction ends (merged into that producer's earlier pending offsets);
+- ``txn_end``: the end of a producer's transaction for a group: its pending offsets become
+  committed offsets (``"commit": true``) or are dropped (see ``txn_offsets.end_transaction``).
+
+Every offset row carries a record sequence number (``record_seq``), increasing across the
+store's life (the snapshot remembers the next one): a transaction's commit compares them, as
+Kafka compares record offsets in ``__consumer_offsets``.
 
 Compaction writes the whole state to a new snapshot that names the next segment, then removes
 the old segment. The snapshot names its segment so a crash at any point leaves a consistent
@@ -27,6 +36,7 @@ can compact without asking the coordinator. Not thread-safe: use from one thread
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -44,7 +54,10 @@ from .stored import (
     offsets_to_json,
     partitions_from_json,
     partitions_to_json,
+    pending_from_json,
+    pending_to_json,
 )
+from .txn_offsets import add_pending, end_transaction
 
 logger = logging.getLogger("kipproducer.broker.groups")
 
@@ -114,6 +127,8 @@ class GroupStore:
         self._compact_after_bytes = compact_after_bytes
         self._state: dict[str, StoredGroup] = {}
         self._segment = 0
+        # record_seq of the next offsets / txn_offsets record
+        self._next_seq = 1
         self._fd: int | None = None
         self._log_bytes = 0
 
@@ -161,7 +176,7 @@ class GroupStore:
 
     def state_copy(self) -> dict[str, StoredGroup]:
         return {
-            group_id: StoredGroup(stored.metadata, dict(stored.offsets))
+            group_id: StoredGroup(stored.metadata, dict(stored.offsets), dict(stored.pending))
             for group_id, stored in self._state.items()
         }
 
@@ -172,8 +187,53 @@ class GroupStore:
             {"type": "group", "group_id": metadata.group_id, "metadata": metadata_to_json(metadata)}
         )
 
-    def append_offsets(self, group_id: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
-        self._append({"type": "offsets", "group_id": group_id, "offsets": offsets_to_json(offsets)})
+    def append_offsets(
+        self, group_id: str, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """Store committed offsets; returns them with their ``record_seq`` filled in."""
+        stamped = self._stamp(offsets)
+        self._append({"type": "offsets", "group_id": group_id, "offsets": offsets_to_json(stamped)})
+        return stamped
+
+    def append_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """Store a TxnOffsetCommit's offsets as pending; returns them with ``record_seq``."""
+        stamped = self._stamp(offsets)
+        self._append(
+            {
+                "type": "txn_offsets",
+                "group_id": group_id,
+                "producer_id": producer_id,
+                "producer_epoch": producer_epoch,
+                "offsets": offsets_to_json(stamped),
+            }
+        )
+        return stamped
+
+    def append_txn_end(
+        self, group_id: str, producer_id: int, producer_epoch: int, *, commit: bool
+    ) -> None:
+        self._append(
+            {
+                "type": "txn_end",
+                "group_id": group_id,
+                "producer_id": producer_id,
+                "producer_epoch": producer_epoch,
+                "commit": commit,
+            }
+        )
+
+    def _stamp(
+        self, offsets: dict[TopicPartition, CommittedOffset]
+    ) -> dict[TopicPartition, CommittedOffset]:
+        # _apply advances _next_seq once the record is durable; a failed write reuses the number
+        seq = self._next_seq
+        return {tp: dataclasses.replace(o, record_seq=seq) for tp, o in offsets.items()}
 
     def append_offsets_deleted(self, group_id: str, partitions: list[TopicPartition]) -> None:
         self._append(
@@ -223,7 +283,21 @@ class GroupStore:
             )
         elif kind == "offsets":
             stored = self._state.setdefault(group_id, StoredGroup())
-            stored.offsets.update(offsets_from_json(record["offsets"]))
+            offsets = offsets_from_json(record["offsets"])
+            self._note_seqs(offsets)
+            stored.offsets.update(offsets)
+        elif kind == "txn_offsets":
+            offsets = offsets_from_json(record["offsets"])
+            producer_id, producer_epoch = int(record["producer_id"]), int(record["producer_epoch"])
+            self._note_seqs(offsets)
+            stored = self._state.setdefault(group_id, StoredGroup())
+            add_pending(stored.pending, producer_id, producer_epoch, offsets)
+        elif kind == "txn_end":
+            producer_id, producer_epoch = int(record["producer_id"]), int(record["producer_epoch"])
+            commit = bool(record["commit"])
+            stored = self._state.get(group_id)
+            if stored is not None:
+                end_transaction(stored.offsets, stored.pending, producer_id, producer_epoch, commit)
         elif kind == "offsets_deleted":
             stored = self._state.get(group_id)
             if stored is not None:
@@ -233,6 +307,10 @@ class GroupStore:
             self._state.pop(group_id, None)
         else:
             raise ValueError(f"unknown group record type {kind!r}")
+
+    def _note_seqs(self, offsets: dict[TopicPartition, CommittedOffset]) -> None:
+        for o in offsets.values():
+            self._next_seq = max(self._next_seq, o.record_seq + 1)
 
     # ---------------------------------------------------------------------- compaction
 
@@ -263,6 +341,7 @@ class GroupStore:
         document = {
             "format": FORMAT_VERSION,
             "segment": segment,
+            "next_seq": self._next_seq,
             "groups": [
                 {
                     "group_id": group_id,
@@ -270,6 +349,7 @@ class GroupStore:
                     if stored.metadata is None
                     else metadata_to_json(stored.metadata),
                     "offsets": offsets_to_json(stored.offsets),
+                    "pending": pending_to_json(stored.pending),
                 }
                 for group_id, stored in self._state.items()
             ],
@@ -298,20 +378,27 @@ class GroupStore:
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
-            self._state, self._segment = {}, 0
+            self._state, self._segment, self._next_seq = {}, 0, 1
             return
         try:
             document = json.loads(raw)
             if document.get("format") != FORMAT_VERSION:
                 raise GroupStoreError(f"{path}: unsupported format {document.get('format')!r}")
             self._segment = int(document["segment"])
+            # (snapshots written before transactions lack "next_seq" and "pending")
+            self._next_seq = int(document.get("next_seq", 1))
             self._state = {
                 entry["group_id"]: StoredGroup(
                     None if entry["metadata"] is None else metadata_from_json(entry["metadata"]),
                     offsets_from_json(entry["offsets"]),
+                    pending_from_json(entry.get("pending", [])),
                 )
                 for entry in document["groups"]
             }
+            for stored in self._state.values():
+                self._note_seqs(stored.offsets)
+                for entry in stored.pending.values():
+                    self._note_seqs(entry.offsets)
         except (ValueError, KeyError, TypeError) as exc:
             raise GroupStoreError(f"{path} is unreadable: {exc}") from exc
 

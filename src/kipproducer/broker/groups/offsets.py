@@ -1,10 +1,12 @@
-"""Offset-commit rules of classic groups and offset retention (KIP-211)."""
+"""Offset-commit rules of classic groups (plain and transactional) and offset retention
+(KIP-211)."""
 
 from __future__ import annotations
 
 from . import errors
 from .group import ClassicGroup, GroupState
 from .results import TopicPartition
+from .txn_offsets import pending_partitions
 
 
 def validate_offset_commit(
@@ -35,6 +37,32 @@ def validate_offset_commit(
     return errors.NONE
 
 
+def validate_txn_offset_commit(
+    group: ClassicGroup, member_id: str, group_instance_id: str | None, generation_id: int
+) -> int:
+    """NONE, or the error every partition of a TxnOffsetCommit gets (Kafka's
+    ClassicGroup.validateOffsetCommit with isTransactional).
+
+    KIP-447: v3+ requests carry the consumer's member id, instance id and generation, so a
+    zombie producer working for a consumer of an older generation is refused
+    (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID). v0-2 requests carry none of
+    them and are accepted whatever the group's state, and so is a -1 generation while the group
+    is Empty (a standalone producer). Unlike OffsetCommit, a group awaiting its assignment does
+    not refuse the commit: the transaction only takes effect when it commits.
+    """
+    if group.is_in(GroupState.DEAD):
+        return errors.COORDINATOR_NOT_AVAILABLE
+    if generation_id < 0 and group.is_in(GroupState.EMPTY):
+        return errors.NONE
+    if generation_id >= 0 or member_id or group_instance_id is not None:
+        error = group.validate_member(member_id, group_instance_id)
+        if error != errors.NONE:
+            return error
+        if generation_id != group.generation_id:
+            return errors.ILLEGAL_GENERATION
+    return errors.NONE
+
+
 def expired_partitions(group: ClassicGroup, now_ms: int, retention_ms: int) -> list[TopicPartition]:
     """Offsets of ``group`` older than the retention period.
 
@@ -43,12 +71,17 @@ def expired_partitions(group: ClassicGroup, now_ms: int, retention_ms: int) -> l
     clock); a "simple" group that only ever received admin commits counts from each commit.
     Kafka also expires offsets of a Stable "consumer" group for topics it no longer subscribes
     to; that needs parsing consumer metadata, which this coordinator never does.
+    A partition an open transaction has pending offsets for keeps its committed offset, as in
+    Kafka (the transaction may still commit over it, or abort and leave it in force).
     """
     if not group.is_in(GroupState.EMPTY):
         return []
+    in_transactions = pending_partitions(group.pending_txn_offsets)
     became_empty = group.state_timestamp_ms if group.protocol_type is not None else None
     expired = []
     for tp, committed in group.offsets.items():
+        if tp in in_transactions:
+            continue
         base = committed.commit_timestamp_ms
         if became_empty is not None:
             base = max(base, became_empty)

@@ -1,9 +1,10 @@
 """The durable part of the coordinator's state, and its JSON form.
 
-Only what Kafka itself writes to ``__consumer_offsets`` survives a restart: committed offsets
-and the group metadata of the last completed rebalance (protocol, generation, leader, members
-with their subscription and assignment). In-flight joins and syncs are soft state; after a
-restart members learn about it through UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin.
+Only what Kafka itself writes to ``__consumer_offsets`` survives a restart: committed offsets,
+the pending offsets of open transactions (TxnOffsetCommit, not yet committed or aborted), and
+the group metadata of the last completed rebalance (protocol, generation, leader, members with
+their subscription and assignment). In-flight joins and syncs are soft state; after a restart
+members learn about it through UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin.
 """
 
 from __future__ import annotations
@@ -17,10 +18,29 @@ from .results import TopicPartition
 
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
+    """One partition's offset as a commit wrote it.
+
+    ``record_seq`` is the position of the commit's record in the store's history (Kafka uses the
+    record's offset in ``__consumer_offsets``): when a transaction commits, its offsets replace
+    the committed ones only if they were written later, so a plain OffsetCommit that arrived
+    while the transaction was open is not overwritten by older transactional offsets.
+    """
+
     offset: int
     leader_epoch: int
     metadata: str
     commit_timestamp_ms: int
+    record_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTxnOffsets:
+    """The offsets one producer committed to a group inside its open transaction
+    (TxnOffsetCommit): invisible to OffsetFetch until the transaction commits. Immutable, so
+    the store and the coordinator can share one value."""
+
+    producer_epoch: int
+    offsets: dict[TopicPartition, CommittedOffset]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +70,12 @@ class StoredGroupMetadata:
 @dataclass(slots=True)
 class StoredGroup:
     """Everything durable about one group: its last metadata record (None for a group that only
-    ever received admin commits) and its committed offsets."""
+    ever received admin commits), its committed offsets and the pending transactional offsets
+    per producer id."""
 
     metadata: StoredGroupMetadata | None = None
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    pending: dict[int, PendingTxnOffsets] = field(default_factory=dict)
 
 
 def _b64(data: bytes) -> str:
@@ -113,17 +135,46 @@ def metadata_from_json(doc: dict[str, Any]) -> StoredGroupMetadata:
 
 
 def offsets_to_json(offsets: dict[TopicPartition, CommittedOffset]) -> list[list[Any]]:
-    """Compact rows: [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms]."""
+    """Compact rows: [topic, partition, offset, leader_epoch, metadata, commit_timestamp_ms,
+    record_seq]."""
     return [
-        [topic, partition, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp_ms]
+        [
+            topic,
+            partition,
+            o.offset,
+            o.leader_epoch,
+            o.metadata,
+            o.commit_timestamp_ms,
+            o.record_seq,
+        ]
         for (topic, partition), o in offsets.items()
     ]
 
 
 def offsets_from_json(rows: list[list[Any]]) -> dict[TopicPartition, CommittedOffset]:
+    """Rows of 7 columns, or of 6 (written before ``record_seq`` existed: sequence 0)."""
+    found: dict[TopicPartition, CommittedOffset] = {}
+    for row in rows:
+        topic, partition, offset, epoch, meta, ts = row[:6]
+        (seq,) = row[6:] or (0,)
+        found[(str(topic), int(partition))] = CommittedOffset(
+            int(offset), int(epoch), str(meta), int(ts), int(seq)
+        )
+    return found
+
+
+def pending_to_json(pending: dict[int, PendingTxnOffsets]) -> list[list[Any]]:
+    """Rows: [producer_id, producer_epoch, offset rows]."""
+    return [
+        [producer_id, p.producer_epoch, offsets_to_json(p.offsets)]
+        for producer_id, p in pending.items()
+    ]
+
+
+def pending_from_json(rows: list[list[Any]]) -> dict[int, PendingTxnOffsets]:
     return {
-        (str(topic), int(partition)): CommittedOffset(int(offset), int(epoch), str(meta), int(ts))
-        for topic, partition, offset, epoch, meta, ts in rows
+        int(producer_id): PendingTxnOffsets(int(epoch), offsets_from_json(offsets))
+        for producer_id, epoch, offsets in rows
     }
 
 

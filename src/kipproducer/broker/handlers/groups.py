@@ -1,9 +1,9 @@
-"""FindCoordinator and the classic group APIs, translated to the GroupCoordinator's calls.
+"""FindCoordinator, the classic group APIs and TxnOffsetCommit, translated to the
+GroupCoordinator's calls.
 
-Every group lives on this node, so FindCoordinator answers with ourselves for groups. The
-protocol type is opaque: "consumer" groups, KIP-509 "producer" groups and any other type are
-handled alike. Transactions are not served yet, so a transaction coordinator lookup gets
-COORDINATOR_NOT_AVAILABLE with a message that says so.
+Every group and every transactional id lives on this node, so FindCoordinator answers with
+ourselves, for transactions once the broker's transaction coordinator runs. The protocol type
+is opaque: "consumer" groups, KIP-509 "producer" groups and any other type are handled alike.
 """
 
 from __future__ import annotations
@@ -17,16 +17,19 @@ from ..security.checks import (
     may_describe_cluster,
     may_describe_group,
     may_describe_topic,
+    may_describe_transactional_id,
     may_read_group,
     may_read_topic,
+    may_write_transactional_id,
 )
 from .common import AUTHORIZED_OPERATIONS_OMITTED, logs_of
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
+TXN_OFFSET_COMMIT = 28
 
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
-NO_TRANSACTIONS = "transactions are not supported by this broker yet"
+NO_TRANSACTIONS = "the transaction coordinator is not running"
 
 
 def _coordinator(ctx: RequestContext):
@@ -36,18 +39,39 @@ def _coordinator(ctx: RequestContext):
     return groups
 
 
+def _transactions(ctx: RequestContext):
+    """The broker's TransactionCoordinator, or None while it is not running (the attribute
+    may not exist at all on a broker built without one)."""
+    return getattr(ctx.broker, "transactions", None)
+
+
+def _key_refused(key: str, code: int, message: str) -> dict:
+    return {
+        "key": key,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "error_code": code,
+        "error_message": message,
+    }
+
+
 def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict:
     broker = ctx.broker
     if key_type == KEY_TYPE_GROUP and not may_describe_group(ctx, key):
-        return {
-            "key": key,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-            "error_code": ec.GROUP_AUTHORIZATION_FAILED,
-            "error_message": f"{ctx.principal} lacks Describe on group {key}",
-        }
-    if key_type == KEY_TYPE_GROUP and _coordinator(ctx) is not None:
+        return _key_refused(
+            key, ec.GROUP_AUTHORIZATION_FAILED, f"{ctx.principal} lacks Describe on group {key}"
+        )
+    if key_type == KEY_TYPE_TRANSACTION and not may_describe_transactional_id(ctx, key):
+        return _key_refused(
+            key,
+            ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            f"{ctx.principal} lacks Describe on transactional id {key}",
+        )
+    served = (key_type == KEY_TYPE_GROUP and _coordinator(ctx) is not None) or (
+        key_type == KEY_TYPE_TRANSACTION and _transactions(ctx) is not None
+    )
+    if served:
         return {
             "key": key,
             "node_id": broker.node_id,
@@ -65,14 +89,7 @@ def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict:
             else "the group coordinator is not running"
         )
     )
-    return {
-        "key": key,
-        "node_id": -1,
-        "host": "",
-        "port": -1,
-        "error_code": ec.COORDINATOR_NOT_AVAILABLE,
-        "error_message": message,
-    }
+    return _key_refused(key, ec.COORDINATOR_NOT_AVAILABLE, message)
 
 
 @handles(FIND_COORDINATOR, 0, 5, advertise_min=0)
@@ -265,7 +282,13 @@ async def offset_commit(ctx: RequestContext, body):
     return build_response(OFFSET_COMMIT, v, topics=topics)
 
 
-def _fetch_group(ctx: RequestContext, group_id: str, topics, version: int) -> tuple[list, int]:
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics, version: int, require_stable: bool = False
+) -> tuple[list, int]:
+    """One group's OffsetFetch answer. With ``require_stable`` (v7+) a partition that an open
+    transaction has offsets for is answered UNSTABLE_OFFSET_COMMIT with no offset, at the
+    partition level as Kafka does, so the consumer retries instead of starting from an offset
+    the transaction is about to move."""
     if not may_describe_group(ctx, group_id):
         return [], ec.GROUP_AUTHORIZATION_FAILED
     groups = _coordinator(ctx)
@@ -277,6 +300,7 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics, version: int) -> tu
     wanted = None if topics is None else [
         (t.name, p) for t in topics if t.name not in denied for p in t.partition_indexes]
     found = groups.fetch_offsets(group_id, wanted)
+    unstable = groups.unstable_partitions(group_id) if require_stable else set()
     by_topic: dict[str, list] = {}
     for t in topics or ():
         if t.name in denied:
@@ -294,8 +318,12 @@ def _fetch_group(ctx: RequestContext, group_id: str, topics, version: int) -> tu
             "metadata": value.metadata,
             "error_code": ec.NONE,
         }
+        leader_epoch = value.leader_epoch
+        if (topic, partition) in unstable:
+            entry.update(committed_offset=-1, metadata="", error_code=ec.UNSTABLE_OFFSET_COMMIT)
+            leader_epoch = -1
         if version >= 5:
-            entry["committed_leader_epoch"] = value.leader_epoch
+            entry["committed_leader_epoch"] = leader_epoch
         by_topic.setdefault(topic, []).append(entry)
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()], ec.NONE
 
@@ -306,14 +334,92 @@ async def offset_fetch(ctx: RequestContext, body):
     if v >= 8:
         results = []
         for group in body.groups:
-            topics, code = _fetch_group(ctx, group.group_id, group.topics, v)
+            topics, code = _fetch_group(ctx, group.group_id, group.topics, v, body.require_stable)
             results.append({"group_id": group.group_id, "topics": topics, "error_code": code})
         return build_response(OFFSET_FETCH, v, groups=results)
-    topics, code = _fetch_group(ctx, body.group_id, body.topics, v)
+    require_stable = body.require_stable if v >= 7 else False
+    topics, code = _fetch_group(ctx, body.group_id, body.topics, v, require_stable)
     fields = {"topics": topics}
     if v >= 2:
         fields["error_code"] = code
     return build_response(OFFSET_FETCH, v, **fields)
+
+
+def _txn_commit_answer(body, answers: dict[tuple[str, int], int]):
+    return [
+        {
+            "name": topic.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": answers[(topic.name, p.partition_index)],
+                }
+                for p in topic.partitions
+            ],
+        }
+        for topic in body.topics
+    ]
+
+
+def _verify_transaction(ctx: RequestContext, body) -> int:
+    """The transaction coordinator's word on this TxnOffsetCommit: NONE when the transaction is
+    open with this producer id and epoch and the group was added with AddOffsetsToTxn."""
+    transactions = _transactions(ctx)
+    if transactions is None:
+        return ec.COORDINATOR_NOT_AVAILABLE
+    return transactions.verify_txn_offset_commit(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.group_id
+    )
+
+
+# v4 only adds the TRANSACTION_ABORTABLE error (KIP-890 part 1); v5 belongs to transactions V2
+# (an implicit AddOffsetsToTxn), which this broker does not serve.
+@handles(TXN_OFFSET_COMMIT, 0, 4)
+async def txn_offset_commit(ctx: RequestContext, body):
+    """Kafka's order: Write on the transactional id and Read on the group refuse the whole
+    request; then Read on each topic and the topic's existence, per partition; then the
+    transaction coordinator's check; then the group coordinator (KIP-447 member checks)."""
+    v = ctx.api_version
+    every = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    if not may_write_transactional_id(ctx, body.transactional_id):
+        refused = dict.fromkeys(every, ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return build_response(TXN_OFFSET_COMMIT, v, topics=_txn_commit_answer(body, refused))
+    if not may_read_group(ctx, body.group_id):
+        refused = dict.fromkeys(every, ec.GROUP_AUTHORIZATION_FAILED)
+        return build_response(TXN_OFFSET_COMMIT, v, topics=_txn_commit_answer(body, refused))
+    topics_known = logs_of(ctx).topics()
+    answers: dict[tuple[str, int], int] = {}
+    valid = {}
+    for topic in body.topics:
+        info = topics_known.get(topic.name)
+        readable = may_read_topic(ctx, topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            if not readable:
+                answers[tp] = ec.TOPIC_AUTHORIZATION_FAILED
+            elif info is None or not 0 <= p.partition_index < info.partitions:
+                answers[tp] = ec.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                epoch = p.committed_leader_epoch if v >= 2 else -1
+                valid[tp] = (p.committed_offset, epoch, p.committed_metadata)
+    if valid:
+        groups = _coordinator(ctx)
+        code = ec.COORDINATOR_NOT_AVAILABLE if groups is None else _verify_transaction(ctx, body)
+        if code != ec.NONE:
+            answers.update(dict.fromkeys(valid, code))
+        else:
+            answers.update(
+                await groups.txn_commit_offsets(
+                    body.group_id,
+                    body.producer_id,
+                    body.producer_epoch,
+                    body.member_id if v >= 3 else "",
+                    body.generation_id if v >= 3 else -1,
+                    body.group_instance_id if v >= 3 else None,
+                    valid,
+                )
+            )
+    return build_response(TXN_OFFSET_COMMIT, v, topics=_txn_commit_answer(body, answers))
 
 
 @handles(LIST_GROUPS, 0, 5)
