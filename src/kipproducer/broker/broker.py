@@ -1,4 +1,5 @@
-"""The reference broker: one node, its logs, its group coordinator and its listener.
+"""The reference broker: one node, its logs, its group and transaction coordinators and its
+listener.
 
 ``Broker(data_dir, host=..., port=..., config=...)``; ``await start()`` opens the data dir
 (recovering every log), starts the listener and the maintenance timer; ``await stop()`` closes
@@ -23,6 +24,7 @@ from .security.broker_security import BrokerSecurity
 from .security.users import UserStore
 from .server import BrokerServer
 from .storage.log_manager import LogManager
+from .transactions import TransactionCoordinator
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -45,6 +47,7 @@ class Broker:
         self.server = BrokerServer(self, host, port)
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
+        self.transactions: TransactionCoordinator | None = None
         self._data_arrived = asyncio.Event()
         self._maintenance: asyncio.Task | None = None
         self._started = False
@@ -73,6 +76,21 @@ class Broker:
             offsets_retention_ms=self.config.offsets_retention_minutes * 60_000,
         )
         await self.groups.start()
+        # Before the listener: transactions a crash left half-way are completed first.
+        self.transactions = TransactionCoordinator(
+            os.path.join(self.data_dir, "__transactions"),
+            allocate_producer_id=self.logs.allocate_producer_id,
+            logs=self.logs,
+            groups=self.groups,
+            max_timeout_ms=self.config.transaction_max_timeout_ms,
+            expiration_ms=self.config.transactional_id_expiration_ms,
+            abort_interval_ms=(
+                self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+            expire_interval_ms=(
+                self.config.transaction_remove_expired_transaction_cleanup_interval_ms),
+            on_markers_written=self.notify_appended,
+        )
+        await self.transactions.start()
         host, port = await self.server.start()
         self._maintenance = asyncio.create_task(self._maintenance_loop())
         self._started = True
@@ -91,6 +109,9 @@ class Broker:
             await asyncio.gather(self._maintenance, return_exceptions=True)
             self._maintenance = None
         await self.server.stop()
+        if self.transactions is not None:
+            await self.transactions.close()
+            self.transactions = None
         if self.groups is not None:
             await self.groups.close()
             self.groups = None

@@ -117,6 +117,38 @@ class BrokerConfig:
             "doc": "how long a compacted partition waits between two cleaner passes",
         },
     )
+    # -- transactions (docs/broker.md) --
+    transaction_max_timeout_ms: int = field(
+        default=900_000,
+        metadata={
+            "name": "transaction.max.timeout.ms",
+            "doc": "the longest transaction.timeout.ms a producer may ask for; InitProducerId "
+            "with more gets INVALID_TRANSACTION_TIMEOUT",
+        },
+    )
+    transactional_id_expiration_ms: int = field(
+        default=604_800_000,
+        metadata={
+            "name": "transactional.id.expiration.ms",
+            "doc": "a transactional id with no transaction running and no request for this "
+            "long is forgotten",
+        },
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = field(
+        default=10_000,
+        metadata={
+            "name": "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "doc": "how often transactions open for longer than their timeout are looked for "
+            "(and aborted, fencing their producer)",
+        },
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = field(
+        default=3_600_000,
+        metadata={
+            "name": "transaction.remove.expired.transaction.cleanup.interval.ms",
+            "doc": "how often expired transactional ids are looked for",
+        },
+    )
     # -- security (docs/security.md) --
     sasl_enabled_mechanisms: str = field(
         default="",
@@ -205,4 +237,9 @@ class BrokerConfig:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
         if config.num_partitions < 1:
             raise BrokerConfigError("num.partitions must be at least 1")
+        for name in ("transaction.max.timeout.ms", "transactional.id.expiration.ms",
+                     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                     "transaction.remove.expired.transaction.cleanup.interval.ms"):
+            if getattr(config, known[name].name) < 1:
+                raise BrokerConfigError(f"{name} must be at least 1")
         return config

@@ -1,3 +1,12 @@
 """Request handlers, one module per area; importing this package registers them all."""
 
-from . import admin, cluster, fetch, groups, produce, security  # noqa: F401
+from . import (  # noqa: F401
+    admin,
+    cluster,
+    fetch,
+    groups,
+    produce,
+    security,
+    transactions,
+    txn_markers,
+)

@@ -1,4 +1,4 @@
-"""Produce, InitProducerId and DescribeProducers.
+"""Produce and DescribeProducers (InitProducerId is in transactions.py).
 
 The produce path validates every batch with the native decoder (CRC, layout, records), then
 appends it with its base offset patched in place in the request's own buffer: no re-encoding
@@ -9,6 +9,14 @@ topic or partition; exactly one v2 batch; size <= max.message.bytes; CRC and rec
 client rules (baseOffset 0, no control batches, a sequence with every producer id);
 timestamps within message.timestamp.{before,after}.max.ms; keys on compacted topics; then the
 log's own checks (idempotent duplicate, epoch, sequence) and the append.
+
+Transactional batches (KafkaApis / ReplicaManager rules): a request carrying one needs its
+transactional_id and WRITE on it, else every partition gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+and nothing is appended; its transactional batches must all be of one producer id and epoch
+(else INVALID_PRODUCER_ID_MAPPING for every partition); each must go to a partition added to
+that producer's Ongoing transaction (transaction verification, KIP-890 part 1): else
+INVALID_TXN_STATE up to Produce v10 and TRANSACTION_ABORTABLE from v11. A request without a
+transactional_id pays none of this beyond one flag test per batch.
 """
 
 from __future__ import annotations
@@ -28,8 +36,8 @@ from ..producer_state import Duplicate, ProducerStateError
 from ..security.checks import (
     may_produce_with_offsets,
     may_read_topic,
-    may_write_idempotently,
     may_write_topic,
+    may_write_transactional_id,
 )
 from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
 from ..storage.log_config import LONG_MAX
@@ -37,7 +45,10 @@ from .common import logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
 
-PRODUCE, INIT_PRODUCER_ID, DESCRIBE_PRODUCERS = 0, 22, 61
+PRODUCE, DESCRIBE_PRODUCERS = 0, 61
+#: The first Produce version that is told TRANSACTION_ABORTABLE (KIP-890) for a partition not
+#: in the transaction; older ones get INVALID_TXN_STATE.
+FIRST_ABORTABLE_PRODUCE_VERSION = 11
 
 
 class PartitionRefused(Exception):
@@ -50,7 +61,78 @@ class PartitionRefused(Exception):
         self.record_errors = record_errors or []
 
 
-def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASSIGN):
+class RequestRefused(Exception):
+    """A rule that fails the whole request: every partition gets ``error_code``, nothing is
+    appended (Kafka answers such a request with one error for all its partitions)."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+
+
+class TransactionalRequest:
+    """What a request with a transactional_id needs to check its transactional batches."""
+
+    __slots__ = ("transactional_id", "authorized", "coordinator", "producer")
+
+    def __init__(self, ctx: RequestContext, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
+        self.authorized = may_write_transactional_id(ctx, transactional_id)
+        self.coordinator = ctx.broker.transactions
+        self.producer: tuple[int, int] | None = None  # of the first transactional batch
+
+    def verify(self, ctx: RequestContext, batch, topic: str, partition: int) -> None:
+        """Raise for a transactional batch the transaction does not allow."""
+        producer = (batch.producer_id, batch.producer_epoch)
+        if self.producer is None:
+            self.producer = producer
+        elif producer != self.producer:
+            raise RequestRefused(
+                ec.INVALID_PRODUCER_ID_MAPPING,
+                "transactional records contained more than one producer id")
+        if self.coordinator is None:
+            code = ec.COORDINATOR_NOT_AVAILABLE
+        else:
+            code = self.coordinator.verify_produce(
+                self.transactional_id, batch.producer_id, batch.producer_epoch, topic,
+                partition)
+        if code == ec.NONE:
+            return
+        if code == ec.INVALID_TXN_STATE:
+            if ctx.api_version >= FIRST_ABORTABLE_PRODUCE_VERSION:
+                raise PartitionRefused(ec.TRANSACTION_ABORTABLE)
+            raise PartitionRefused(code, "Partition was not added to the transaction")
+        if code in (ec.CONCURRENT_TRANSACTIONS, ec.COORDINATOR_NOT_AVAILABLE):
+            # Kafka's translation for clients that would not retry these (TV1 producers):
+            # NOT_ENOUGH_REPLICAS is retriable and triggers no metadata refresh.
+            raise PartitionRefused(
+                ec.NOT_ENOUGH_REPLICAS,
+                "Unable to verify the partition has been added to the transaction. "
+                f"Underlying error: {ec.error_name(code)}")
+        raise PartitionRefused(code)
+
+
+def _check_transactional(ctx: RequestContext, txn: TransactionalRequest | None, batch,
+                         mode: int, topic: str, partition: int) -> None:
+    """The rules for a batch with the transactional bit: KIP-WIRE §4's USE_OFFSETS rule
+    (whatever the request's transactional id), then KafkaApis' order: the transactional id and
+    its ACL, which fail the request, then the transaction's own check of the partition."""
+    if mode == ProduceMode.USE_OFFSETS:
+        raise PartitionRefused(
+            ec.INVALID_TXN_STATE,
+            "a batch with explicit offsets cannot be transactional: commit markers would "
+            "take offsets the source owns")
+    if txn is None or not txn.authorized:
+        raise RequestRefused(
+            ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "transactional records need the request's transactional_id" if txn is None
+            else f"{ctx.principal} lacks Write on the TransactionalId")
+    txn.verify(ctx, batch, topic, partition)
+
+
+def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASSIGN,
+                 txn: TransactionalRequest | None = None, partition: int = -1):
     """Everything checked before the log is touched; returns the validated Batch."""
     config = info.config
     if records is None or len(records) == 0:
@@ -76,16 +158,8 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
         raise PartitionRefused(
             ec.INVALID_RECORD, f"producer id {batch.producer_id} sent no base sequence"
         )
-    if batch.is_transactional and mode == ProduceMode.USE_OFFSETS:
-        raise PartitionRefused(
-            ec.INVALID_TXN_STATE,
-            "a batch with explicit offsets cannot be transactional: commit markers would "
-            "take offsets the source owns")
     if batch.is_transactional:
-        raise PartitionRefused(
-            ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "transactions are not supported by this broker yet",
-        )
+        _check_transactional(ctx, txn, batch, mode, info.name, partition)
     _check_timestamps(config, batch)
     if config.compact:
         _check_keys(batch)
@@ -130,6 +204,11 @@ def _check_keys(batch) -> None:
 async def produce(ctx: RequestContext, body):
     logs = logs_of(ctx)
     mode = getattr(body, "produce_mode", ProduceMode.ASSIGN)
+    txn = (None if body.transactional_id is None
+           else TransactionalRequest(ctx, body.transactional_id))
+    # (code, message) that fails the whole request; not the exception itself, whose traceback
+    # would keep the request's batches (views of the receive buffer) alive past the request
+    refused_request: tuple[int, str] | None = None
     results = []
     accepted = []  # (log, records, batch, answer) that passed every check before the log
     touched = []  # (log, answer) for every existing partition: LogEndOffset goes to each
@@ -152,8 +231,10 @@ async def produce(ctx: RequestContext, body):
                 # raises for a partition that does not exist (or may not be written), so
                 # log_ below is always this partition's
                 _check_request(ctx, body, mode, info, pdata.index, writable)
-                batch = _check_batch(ctx, info, pdata.records, mode)
+                batch = _check_batch(ctx, info, pdata.records, mode, txn, pdata.index)
                 accepted.append((log_, pdata.records, batch, answer))
+            except RequestRefused as refused:
+                refused_request = refused_request or (refused.error_code, refused.message)
             except PartitionRefused as refused:
                 if refused.error_code in (ec.CORRUPT_MESSAGE, ec.INVALID_RECORD):
                     # Bad bytes get a log line besides their error code, like every other
@@ -168,6 +249,11 @@ async def produce(ctx: RequestContext, body):
                     )
                 _refuse(answer, refused.error_code, refused.message, refused.record_errors)
         results.append({"name": topic.name, "partition_responses": partitions})
+    if refused_request is not None:
+        accepted = []
+        for topic in results:
+            for answer in topic["partition_responses"]:
+                _refuse(answer, *refused_request)
     if mode == ProduceMode.EXPECTED_OFFSETS:
         accepted = _precheck_expected_offsets(accepted)
     appended = False
@@ -205,10 +291,6 @@ def _check_request(
     (a request-wide rule) and before the topic's existence, so an unauthorized client cannot
     tell which topics exist.
     """
-    if body.transactional_id is not None:
-        raise PartitionRefused(
-            ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-            "transactions are not supported by this broker yet")
     if mode not in (ProduceMode.ASSIGN, ProduceMode.USE_OFFSETS, ProduceMode.EXPECTED_OFFSETS):
         raise PartitionRefused(ec.INVALID_REQUEST, f"unknown ProduceMode {mode}")
     if mode == ProduceMode.USE_OFFSETS and not may_produce_with_offsets(ctx):
@@ -283,27 +365,6 @@ def _append(log_, records, batch, answer: dict, mode: int) -> bool:
     return not result.duplicate
 
 
-@handles(INIT_PRODUCER_ID, 0, 5, advertise_min=0)
-async def init_producer_id(ctx: RequestContext, body):
-    refused = (ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if body.transactional_id is not None
-               else None if may_write_idempotently(ctx) else ec.CLUSTER_AUTHORIZATION_FAILED)
-    if refused is not None:
-        return build_response(
-            INIT_PRODUCER_ID, ctx.api_version, error_code=refused, producer_id=-1,
-            producer_epoch=-1,
-        )
-    # An idempotent producer (no transactional id) always gets a fresh id, epoch 0, as Kafka's
-    # coordinator does, also when it asks to bump the epoch of its old id (KIP-360).
-    producer_id = logs_of(ctx).allocate_producer_id()
-    return build_response(
-        INIT_PRODUCER_ID,
-        ctx.api_version,
-        error_code=ec.NONE,
-        producer_id=producer_id,
-        producer_epoch=0,
-    )
-
-
 @handles(DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx: RequestContext, body):
     logs = logs_of(ctx)
@@ -318,6 +379,8 @@ async def describe_producers(ctx: RequestContext, body):
                 partitions.append({"partition_index": index, "error_code": code})
                 continue
             state = log.producer_state
+            # {producer id: first offset of its open transaction in this partition}
+            open_transactions = log.ongoing_transactions()
             partitions.append(
                 {
                     "partition_index": index,
@@ -328,8 +391,9 @@ async def describe_producers(ctx: RequestContext, body):
                             "producer_epoch": entry.epoch,
                             "last_sequence": entry.last_seq,
                             "last_timestamp": entry.last_timestamp,
-                            "coordinator_epoch": -1,
-                            "current_txn_start_offset": -1,
+                            "coordinator_epoch": entry.coordinator_epoch,
+                            "current_txn_start_offset": open_transactions.get(
+                                entry.producer_id, -1),
                         }
                         for entry in state
                     ],

@@ -130,3 +130,18 @@ def may_describe_cluster(ctx: RequestContext) -> bool:
 def may_alter_cluster(ctx: RequestContext) -> bool:
     """CreateAcls, DeleteAcls, AlterUserScramCredentials."""
     return on_cluster(ctx, Op.ALTER)
+
+
+# -- transactional ids ----------------------------------------------------------------------------
+
+
+def may_write_transactional_id(ctx: RequestContext, transactional_id: str) -> bool:
+    """InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
+    TxnOffsetCommit, and a Produce carrying transactional records."""
+    return allowed(ctx, Op.WRITE, Res.TRANSACTIONAL_ID, transactional_id)
+
+
+def may_describe_transactional_id(ctx: RequestContext, transactional_id: str) -> bool:
+    """FindCoordinator (key type transaction), DescribeTransactions, ListTransactions (per
+    id). WRITE implies DESCRIBE in Kafka's authorizer."""
+    return allowed(ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, transactional_id)
