@@ -14,13 +14,14 @@ __version__ = "0.1.0.dev0"
 
 from .accumulator import ProducerBatch, RecordAccumulator
 from .errors import CorruptRecordError, KipError, OffsetOrderError, QueueFullError
-from .producer import BatchDelivery, Producer
+from .producer import BatchDelivery, GroupMetadata, Producer
 from .records import Batch, Record, decode_batches, encode_batch, validate_batch
 
 __all__ = [
     "Batch",
     "BatchDelivery",
     "EmbeddedBroker",
+    "GroupMetadata",
     "Producer",
     "CorruptRecordError",
     "KipError",

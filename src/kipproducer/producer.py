@@ -18,13 +18,21 @@ topic are delivered first (the first bulk call of a producer first delivers what
 ``produce()`` queued before it). ``poll()``, ``flush()``, ``len()``, ``purge()``, ``close()``
 and ``with Producer(...)`` cover both lanes.
 
-With ``transactional.id`` set the engine takes no part in transactions yet: both bulk calls
-then go record by record through librdkafka's ``produce()``, inside the transaction.
+With ``transactional.id`` set, every produce path (``produce()``, both bulk calls,
+``append()``, ``produce(expected_offset=)``) goes through the engine, under one producer id,
+and the engine runs the transaction protocol itself (engine/transactions.py):
+``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+``commit_transaction`` and ``abort_transaction`` keep confluent-kafka's signatures, states and
+errors. Only when the engine cannot run with the configuration (TLS, GSSAPI) do transactions
+stay librdkafka's, with both bulk calls sent record by record through its ``produce()``.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -32,12 +40,19 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
+from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
+from .engine.transactions import TransactionManager, TxnState
 from .records import decode_batches
+
+__all__ = ["BatchDelivery", "GroupMetadata", "Producer"]
+
+log = logging.getLogger("kipproducer")
 
 RDKAFKA, ENGINE = "librdkafka", "engine"
 # confluent-kafka's produce() arguments after (topic, value, key), in positional order.
 _PRODUCE_POSITIONAL = ("partition", "on_delivery", "callback", "timestamp", "headers")
+_PRODUCE_KEYWORDS = frozenset((*_PRODUCE_POSITIONAL, "offset", "expected_offset"))
 _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
 # Records appended under one hold of the engine's lock (see produce_arrays).
 APPEND_SLICE = 8192
@@ -99,10 +114,24 @@ class Producer(confluent_kafka.Producer):
         self._conf = conf
         self._engine = None
         self._default_on_delivery = conf.get("on_delivery") or conf.get("delivery.report.cb")
-        self._transactional = bool(conf.get("transactional.id"))
+        # With transactional.id: the engine's transaction manager, or None when the engine
+        # cannot run with this configuration and transactions stay librdkafka's
+        # (self._transactional then routes the bulk calls through librdkafka's produce()).
+        self._txn: TransactionManager | None = None
+        if conf.get("transactional.id"):
+            try:
+                txn_config = EngineConfig.from_properties(conf)
+            except ConfigError as exc:
+                log.info("transactions go through librdkafka: %s", exc)
+            else:
+                self._txn = TransactionManager(
+                    str(conf["transactional.id"]), txn_config.transaction_timeout_ms,
+                    txn_config.retry_backoff_ms)
+        self._transactional = bool(conf.get("transactional.id")) and self._txn is None
         self._per_record_reports = _bool(conf.get("kip.delivery.report.per.record", False))
         # topic -> (lane, records of that lane not yet reported), once the engine is in use
         self._lanes: dict[str, list] = {}
+        self._last_target: _ReportTo | None = None  # produce()'s last report target
 
     # ---- the engine lane ----------------------------------------------------------------------
 
@@ -121,7 +150,7 @@ class Producer(confluent_kafka.Producer):
                         KafkaError._TIMED_OUT,
                         f"{left} records produced before the first bulk call were not "
                         "delivered in time"))
-            self._engine = Engine(config)
+            self._engine = Engine(config, self._txn)
         self._engine.check()
         return self._engine
 
@@ -181,6 +210,12 @@ class Producer(confluent_kafka.Producer):
             raise TypeError("messages must be a list of dicts")
         if self._transactional:
             return self._batch_through_librdkafka(topic, messages, partition, on_delivery)
+        if self._txn is not None:
+            refused = self._txn.produce_error()
+            if refused is not None:  # as librdkafka's produce() outside a transaction
+                for m in messages:
+                    m["_error"] = refused
+                return 0
         engine = self._engine_or_start()
         keys = [m.get("key") for m in messages]
         if all((m.get("partition") if m.get("partition") is not None else -1) >= 0
@@ -247,6 +282,8 @@ class Producer(confluent_kafka.Producer):
         if self._transactional:
             return self._arrays_through_librdkafka(topic, values, keys, headers, timestamps,
                                                    partition, on_delivery)
+        if self._txn is not None:
+            self._txn.check_produce()
         engine = self._engine_or_start()
         sizes = key_lengths(values).clip(min=0)
         n = len(sizes)
@@ -299,7 +336,7 @@ class Producer(confluent_kafka.Producer):
     # ---- the librdkafka lane ------------------------------------------------------------------
 
     def produce(self, topic, value=None, key=None, *args, **kwargs):  # type: ignore[override]
-        if "offset" in kwargs or "expected_offset" in kwargs:
+        if "offset" in kwargs or "expected_offset" in kwargs or self._txn is not None:
             return self._produce_kip(topic, value, key, args, kwargs)
         if self._engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
@@ -329,21 +366,48 @@ class Producer(confluent_kafka.Producer):
 
     def _produce_kip(self, topic, value, key, args, kwargs) -> None:
         """produce(..., offset=N) (KIP-391) or produce(..., expected_offset=N) (KIP-27):
-        through the engine, since librdkafka cannot send a record's offset."""
-        kwargs = dict(zip(_PRODUCE_POSITIONAL, args, strict=False)) | kwargs
-        unknown = set(kwargs) - {*_PRODUCE_POSITIONAL, "offset", "expected_offset"}
-        if unknown:
-            raise TypeError(f"produce() got unexpected keyword arguments {sorted(unknown)}")
+        through the engine, since librdkafka cannot send a record's offset; and every
+        produce() of a transactional producer (its records share the engine's producer id)."""
+        if args:
+            if len(args) > len(_PRODUCE_POSITIONAL):
+                raise TypeError(f"produce() takes at most {3 + len(_PRODUCE_POSITIONAL)} "
+                                "positional arguments")
+            kwargs = dict(zip(_PRODUCE_POSITIONAL, args, strict=False)) | kwargs
+        if not _PRODUCE_KEYWORDS.issuperset(kwargs):
+            unknown = sorted(set(kwargs) - _PRODUCE_KEYWORDS)
+            raise TypeError(f"produce() got unexpected keyword arguments {unknown}")
         offset, expected = kwargs.get("offset"), kwargs.get("expected_offset")
         partition = kwargs.get("partition", -1)
+        if partition is None:
+            partition = -1
         self._check_kip_call(offset, expected, partition)
+        if self._txn is not None:
+            self._txn.check_produce()
         engine = self._engine_or_start()
+        if partition < 0:
+            # One record: the partition count as the engine knows it now when that is fresh
+            # (asking the sender thread costs a round trip per record), else fetched.
+            total = engine.known_partition_count(topic)
+            if total is None:
+                partition = self._partitions_for(topic, [key], 1, partition)
+            else:
+                partition = _one_partition(key, total, engine.config.partitioner)
+            if not isinstance(partition, int):
+                partition = int(partition[0])
+        size = len(value or b"") + len(key or b"")
+        if size > engine.config.message_max_bytes:
+            raise KafkaException(KafkaError(
+                KafkaError.MSG_SIZE_TOO_LARGE,
+                f"{size} bytes > message.max.bytes={engine.config.message_max_bytes}"))
         user = kwargs.get("on_delivery") or kwargs.get("callback") or self._default_on_delivery
+        target = self._last_target
+        if target is None or target.callback is not user:
+            # Records with the same target share a run in their batch (one per callback).
+            target = self._last_target = _ReportTo(user, True)
         self._enter_lane(topic, ENGINE, 0)
         with engine.lock:
             engine.acc.append(topic, partition, key, value, kwargs.get("headers"),
-                              kwargs.get("timestamp") or None, offset, _ReportTo(user, True),
-                              expected)
+                              kwargs.get("timestamp") or None, offset, target, expected)
         self._lanes[topic][1] += 1
         engine.appended(1)
 
@@ -362,10 +426,11 @@ class Producer(confluent_kafka.Producer):
         if str(self._conf.get("acks", self._conf.get("request.required.acks", "all"))) == "0":
             raise ValueError(f"{what} cannot be used with acks=0: the broker's refusal "
                              "(an offset below the log end, a mismatch) would never be seen")
-        if self._transactional:
+        if self._conf.get("transactional.id") and (offset is not None or self._transactional):
             reason = ("offsets chosen by the producer cannot be transactional (commit "
                       "markers would take offsets the source owns)" if offset is not None else
-                      "kipproducer's engine does not take part in transactions yet")
+                      "with this configuration transactions are librdkafka's, and "
+                      "kipproducer's engine takes no part in them")
             raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
                                             f"{what} with transactional.id: {reason}"))
 
@@ -387,8 +452,9 @@ class Producer(confluent_kafka.Producer):
 
         if self._transactional:
             raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "append() sends "
-                                            "through kipproducer's engine, which does not take "
-                                            "part in transactions yet"))
+                                            "through kipproducer's engine, which takes no "
+                                            "part in librdkafka's transactions (this "
+                                            "configuration keeps transactions there)"))
         outcome: list = []
 
         def on_delivery(err, report) -> None:
@@ -466,6 +532,48 @@ class Producer(confluent_kafka.Producer):
                         raise
                     super().poll(0.01)
         return n
+
+    # ---- transactions (the engine's, unless they stay librdkafka's) ---------------------------
+
+    def init_transactions(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """confluent-kafka's init_transactions([timeout]): InitProducerId for
+        ``transactional.id`` (fencing any older producer with the same id). ``timeout`` in
+        seconds; None or negative: transaction.timeout.ms, as librdkafka."""
+        if self._txn is None:
+            return super().init_transactions(*args, **kwargs)
+        timeout = _timeout_arg("init_transactions", args, kwargs)
+        self._txn.require(TxnState.INIT)
+        self._engine_or_start()
+        self._txn.init(timeout)
+
+    def begin_transaction(self) -> None:  # type: ignore[override]
+        if self._txn is None:
+            return super().begin_transaction()
+        self._txn.begin()
+
+    def send_offsets_to_transaction(self, positions, group_metadata,  # type: ignore[override]
+                                    *args: Any, **kwargs: Any) -> None:
+        """confluent-kafka's send_offsets_to_transaction(positions, group_metadata,
+        [timeout]): ``group_metadata`` is what ``Consumer.consumer_group_metadata()``
+        returns, a :class:`GroupMetadata` (kipproducer.producer.GroupMetadata), or a group id
+        string."""
+        if self._txn is None:
+            return super().send_offsets_to_transaction(positions, group_metadata, *args,
+                                                       **kwargs)
+        timeout = _timeout_arg("send_offsets_to_transaction", args, kwargs)
+        self._txn.send_offsets(positions, group_metadata, timeout)
+
+    def commit_transaction(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Flushes (serving delivery callbacks), then commits; see docs/producer.md."""
+        if self._txn is None:
+            return super().commit_transaction(*args, **kwargs)
+        self._txn.commit(_timeout_arg("commit_transaction", args, kwargs), self.flush)
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Drops records not sent yet (_PURGE_QUEUE), waits for those in flight, aborts."""
+        if self._txn is None:
+            return super().abort_transaction(*args, **kwargs)
+        self._txn.abort(_timeout_arg("abort_transaction", args, kwargs), self.flush)
 
     # ---- both lanes ---------------------------------------------------------------------------
 
@@ -573,6 +681,30 @@ class Producer(confluent_kafka.Producer):
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close(timeout=0)
+
+
+def _one_partition(key, total: int, partitioner: str) -> int:
+    """choose_partitions for one record, without numpy for the default partitioners (the
+    per-record produce() of a transactional producer runs it for every record)."""
+    if total == 1:
+        return 0
+    if partitioner in ("consistent", "consistent_random"):
+        if isinstance(key, str):
+            key = key.encode()
+        if partitioner == "consistent_random" and not key:
+            return random.randrange(total)
+        return zlib.crc32(key or b"") % total  # librdkafka's crc32 is zlib's
+    return int(choose_partitions([key], 1, total, partitioner)[0])
+
+
+def _timeout_arg(call: str, args: tuple, kwargs: dict) -> float | None:
+    """The optional ``timeout`` of confluent-kafka's transaction calls (seconds)."""
+    if len(args) > 1 or set(kwargs) - {"timeout"} or (args and kwargs):
+        raise TypeError(f"{call}() takes an optional timeout only")
+    timeout = args[0] if args else kwargs.get("timeout")
+    if timeout is not None and not isinstance(timeout, (int, float)):
+        raise TypeError(f"{call}(): timeout must be a number of seconds")
+    return None if timeout is None else float(timeout)
 
 
 def _as_list(column) -> list:

@@ -152,6 +152,10 @@ class EngineConfig:
     # security.protocol / sasl.mechanism(s) / sasl.username / sasl.password: None is
     # PLAINTEXT (librdkafka's default); TLS is refused (ConfigError).
     sasl: SaslSettings | None = None
+    # transactional.id: with it the engine runs the transaction protocol (KIP-98) and
+    # idempotence is on, as librdkafka enforces; transaction.timeout.ms is librdkafka's.
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     @classmethod
     def check_engine_properties(cls, props: Mapping[str, Any]) -> None:
@@ -212,6 +216,8 @@ class EngineConfig:
             "socket.timeout.ms": ("socket_timeout_ms", int),
             "kip.delivery.report.per.record": ("per_record_reports", _bool),
             "allow.auto.create.topics": ("allow_auto_create_topics", _bool),
+            "transactional.id": ("transactional_id", str),
+            "transaction.timeout.ms": ("transaction_timeout_ms", int),
         }
         values: dict[str, Any] = {}
         for name, raw in props.items():
@@ -229,6 +235,19 @@ class EngineConfig:
         config = cls(**values)
         if config.compression in ("none", ""):
             config.compression = None
+        if config.transactional_id == "":
+            config.transactional_id = None
+        if config.transactional_id is not None:
+            # librdkafka: a transactional producer is idempotent, and a record may not
+            # outlive its transaction (message.timeout.ms defaults to, and may not exceed,
+            # transaction.timeout.ms).
+            config.enable_idempotence = True
+            if not {"delivery.timeout.ms", "message.timeout.ms"} & set(props):
+                config.delivery_timeout_ms = min(config.delivery_timeout_ms,
+                                                 config.transaction_timeout_ms)
+            elif config.delivery_timeout_ms > config.transaction_timeout_ms:
+                raise ConfigError("`message.timeout.ms` must be set <= "
+                                  "`transaction.timeout.ms`")
         if config.enable_idempotence:
             # librdkafka's rules for idempotence: acks=all, in-flight <= 5, retries > 0.
             if config.acks != -1:

@@ -19,6 +19,12 @@ from InitProducerId, as Kafka's clients do, and re-stamps every batch not yet ac
 from sequence 0. Before that, the other partitions' failed batches (a lost connection leaves
 their fate unknown) are retried under the current id until the broker answers for them: a
 re-stamped copy of a batch that did land would be a duplicate no broker can recognise.
+
+With a ``TransactionManager`` (``transactional.id``; engine/transactions.py) the producer id
+comes from init_transactions() instead, every batch is flagged transactional and every Produce
+names the transactional id, a partition's batches wait until the manager has added it to the
+transaction, and a batch that fails for good fails the transaction (the manager then drops
+what waits; a new epoch, not a new producer id, repairs the sequences when it aborts).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -48,6 +54,9 @@ from kipproducer.protocol.wire_extensions import (
 from .cluster import Cluster
 from .config import EngineConfig
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
+
+if TYPE_CHECKING:
+    from .transactions import TransactionManager
 
 log = logging.getLogger("kipproducer.engine")
 
@@ -181,12 +190,19 @@ class PartitionSender:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, txn: TransactionManager | None = None) -> None:
         self.config = config
+        # A transactional producer's manager (engine/transactions.py): it takes the producer
+        # id (init_transactions), says which partitions may be sent to (AddPartitionsToTxn)
+        # and hears of every failed batch.
+        self.txn = txn
+        if txn is not None:
+            txn.engine = self
         self.acc = RecordAccumulator(
             batch_size=config.batch_size, batch_num_messages=config.batch_num_messages,
             linger_ms=config.linger_ms, max_bytes=config.queue_max_kbytes * 1024,
-            max_messages=config.queue_max_messages, compression=config.compression)
+            max_messages=config.queue_max_messages, compression=config.compression,
+            transactional=txn is not None)
         self.lock = threading.Lock()          # guards the accumulator
         self._reports: deque[DeliveryReport] = deque()
         self._reports_cv = threading.Condition()
@@ -197,7 +213,8 @@ class Engine:
         self._flushing = 0
         self._closing = False
         self._producer_id = -1
-        self._need_new_producer_id = config.enable_idempotence
+        # A transactional producer's id comes from init_transactions(), not from here.
+        self._need_new_producer_id = config.enable_idempotence and txn is None
         self._fatal: KafkaError | None = None
         self.dead = False                     # the sender thread has ended
         # (topic, partition)s whose sequence the broker will not continue under this producer
@@ -254,6 +271,16 @@ class Engine:
             coro.close()
             self.check()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def known_partition_count(self, topic: str) -> int | None:
+        """The partition count of ``topic`` if its metadata is known and fresh (within
+        topic.metadata.refresh.interval.ms), without asking the sender thread; else None."""
+        cluster = getattr(self, "cluster", None)
+        meta = cluster.topics.get(topic) if cluster is not None else None
+        if meta is None or meta.error_code != ec.NONE or not meta.partition_count:
+            return None
+        age = time.monotonic() - cluster.refreshed_at.get(topic, 0.0)
+        return meta.partition_count if age * 1000 <= self.config.metadata_refresh_ms else None
 
     def partition_count(self, topic: str, timeout: float = 30.0) -> int:
         """Partitions of ``topic`` (metadata fetched if needed); raises on an unknown topic."""
@@ -331,7 +358,12 @@ class Engine:
 
     def purge(self) -> int:
         """Drop records not yet sent; they are reported with _PURGE_QUEUE."""
+        if self.txn is not None:  # sequences handled as an abort handles them
+            return self.call(self._purge_transaction())
         return self.call(self._purge())
+
+    async def _purge_transaction(self) -> int:
+        return self.purge_transaction()
 
     async def _purge(self) -> int:
         with self.lock:
@@ -351,7 +383,8 @@ class Engine:
             self._report(batch, error, -1)
         with self.lock:
             self._give_back_bounds()  # purge() returns with the room free
-        if self.config.enable_idempotence and any(b.producer_id >= 0 for b in drained):
+        if (self.config.enable_idempotence and self.txn is None
+                and any(b.producer_id >= 0 for b in drained)):
             # Their sequences will never reach the broker: start over with a new producer id
             # rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER with the next batch.
             self._broken.update((b.topic, b.partition) for b in drained if b.producer_id >= 0)
@@ -366,6 +399,64 @@ class Engine:
             return
         self._call_soon(self._set_wake)
         self._thread.join(timeout)
+
+    # ---- transactions (called by the TransactionManager, on the event loop) ------------------
+
+    def set_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """A transactional producer id / epoch: batches not yet acknowledged are re-stamped
+        with it, every partition's sequence from 0."""
+        with self.lock:
+            for sender in self._partitions.values():
+                for batch in reversed([*sender.failed, *sender.pending]):
+                    self.acc.reenqueue(batch)
+                sender.failed.clear()
+                sender.pending.clear()
+            self.acc.set_producer(producer_id, producer_epoch)
+        self._producer_id = producer_id
+        self._broken.clear()
+
+    def purge_transaction(self) -> int:
+        """Drop every record not in flight (reported with _PURGE_QUEUE, as librdkafka does
+        when a transaction fails or is aborted); in-flight batches come back as they will.
+        Returns how many records were dropped."""
+        with self.lock:
+            for batch in self.acc.drain(int(time.monotonic() * 1000), flush=True):
+                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+            never_drained = self.acc.purge()
+            dropped = []
+            for sender in self._partitions.values():
+                never_sent = [b for b in sender.pending if b.attempts == 0 and
+                              b.base_sequence >= 0]
+                if never_sent:
+                    # Their sequence numbers never reached the broker: the partition's
+                    # sequence goes back to the first of them, no hole is left.
+                    self.acc.set_next_sequence(sender.topic, sender.partition,
+                                               min(b.base_sequence for b in never_sent))
+                dropped.extend(sender.failed)
+                dropped.extend(sender.pending)
+                sender.failed.clear()
+                sender.pending.clear()
+        error = kafka_error(PURGE_QUEUE, "Local: Purged in queue (the transaction failed or "
+                            "is being aborted)")
+        for batch in never_drained:
+            self._report(batch, error, -1, release=False)
+        for batch in dropped:
+            self._report(batch, error, -1)
+        with self.lock:
+            self._give_back_bounds()
+        return sum(b.record_count for b in never_drained + dropped)
+
+    def fail_transactional(self, error: KafkaError) -> None:
+        """A fatal transactional error: nothing more is sent, what waits fails with it."""
+        self._fatal = error
+        self._call_soon(self._set_wake)
+
+    def wake_sender(self) -> None:
+        self._call_soon(self._set_wake)
+
+    def call_soon(self, fn) -> None:
+        """Run ``fn`` on the event loop, after what runs now (from any thread)."""
+        self._call_soon(fn)
 
     # ---- sender thread ----------------------------------------------------------------------
 
@@ -593,6 +684,8 @@ class Engine:
             batch = sender.pending[0]
             if self._need_new_producer_id and batch.attempts == 0:
                 continue  # resolving: only retries of batches whose fate is unknown go out
+            if self.txn is not None and not self.txn.may_send(sender.topic, sender.partition):
+                continue  # not added to the transaction yet (AddPartitionsToTxn is asked)
             batch_mode = batch.produce_mode
             if self._expired(batch):
                 sender.pending.popleft()
@@ -709,7 +802,9 @@ class Engine:
             on_answer = None if config.acks == 0 else (
                 lambda response, error: self._produce_answered(conn, batches, mode, response,
                                                                error))
-            if version in DIRECT_VERSIONS:
+            if version in DIRECT_VERSIONS and self.txn is None:
+                # (the C encoder writes a null transactional_id: transactional requests go
+                # through the generic codec)
                 topics: dict[str, list] = {}
                 for batch in batches:
                     topics.setdefault(batch.topic, []).append((batch.partition, batch.data))
@@ -815,7 +910,8 @@ class Engine:
                 {"index": batch.partition, "records": batch.data})
         extension = {"produce_mode": int(mode)} if mode != ProduceMode.ASSIGN else {}
         return build_request(
-            PRODUCE, version, transactional_id=None, acks=self.config.acks,
+            PRODUCE, version, transactional_id=self.config.transactional_id,
+            acks=self.config.acks,
             timeout=self.config.request_timeout_ms,
             topic_data=[{"name": t, "partition_data": parts} for t, parts in topics.items()],
             **extension)
@@ -837,6 +933,9 @@ class Engine:
                                                        ec.UNKNOWN_PRODUCER_ID):
             if sender.failed:  # caused by an earlier batch of ours that failed: resend
                 self._retry_or_fail(batch, error, force_retry=True)
+            elif self.txn is not None:
+                # The transaction fails; its abort bumps the epoch (KIP-360).
+                self._fail_for_good(batch, error)
             else:  # the broker lost our sequence: new producer id, then resend everything
                 self._broken.add((batch.topic, batch.partition))
                 self._need_new_producer_id = True
@@ -849,7 +948,7 @@ class Engine:
 
     def _fail_for_good(self, batch: ProducerBatch, error: KafkaError) -> None:
         self._finish(batch, error, -1)
-        if self.config.enable_idempotence and batch.producer_id >= 0:
+        if self.config.enable_idempotence and batch.producer_id >= 0 and self.txn is None:
             # A batch that will never be written leaves a hole in the sequence: start over with
             # a new producer id (Kafka's clients bump the epoch the same way).
             self._broken.add((batch.topic, batch.partition))
@@ -862,6 +961,9 @@ class Engine:
             sender.in_flight.remove(batch)
         if self._expired(batch) or (not force_retry and batch.attempts > self.config.retries):
             self._finish(batch, error, -1)
+            return
+        if self.txn is not None and not self.txn.sending:
+            self._finish(batch, error, -1)  # the transaction is failing: nothing is resent
             return
         backoff = min(self.config.retry_backoff_ms * (2 ** min(batch.attempts - 1, 10)),
                       self.config.retry_backoff_max_ms)
@@ -907,6 +1009,12 @@ class Engine:
             # Every error of a KIP batch has log_end_offset (-1: the broker did not say).
             error = ProduceOffsetKafkaError(error.code(), error.str(), fatal=error.fatal(),
                                             retriable=error.retriable())
+        if error is not None and self.txn is not None:
+            # A batch that went out, or failed otherwise than by a purge before it was sent,
+            # may leave a hole in its partition's sequence (see purge_transaction).
+            holes = batch.base_sequence >= 0 and (batch.attempts > 0
+                                                  or error.code() != PURGE_QUEUE)
+            self.txn.batch_failed(batch.record_count, holes, error)
         with self._reports_cv:
             # Only the first report of a pile wakes the caller (it takes the whole pile):
             # one thread switch per pile rather than per batch.
