@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import security_cli
+from . import security_cli, transactions_cli
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     security_cli.add_broker_options(broker)
     broker.set_defaults(func=cmd_broker)
     security_cli.add_parsers(sub)  # kip users, kip acls
+    transactions_cli.add_parser(sub)  # kip transactions
     return parser
 
 

@@ -1,134 +1,25 @@
-"""A small blocking client for the security APIs, with SASL PLAIN / SCRAM of its own.
+"""The client side of the security APIs (CreateAcls, DescribeAcls, DeleteAcls).
 
 ``kip acls --bootstrap-server`` uses it: stock admin clients cannot send the ReplicatorWrite
-operation (29), which librdkafka's AclOperation enum does not know. It speaks the project's
-protocol layer, one request at a time on one connection.
+operation (29), which librdkafka's AclOperation enum does not know.
 """
 
 from __future__ import annotations
 
-import re
-import socket
-import struct
-from collections.abc import Mapping
 from typing import Any
 
-from kipproducer.protocol import build_request, decode_response, encode_request_frame
+from kipproducer.blocking_client import BlockingClient, RequestFailed, read_client_properties
 from kipproducer.protocol import error_codes as ec
-from kipproducer.sasl import plain_token
-from kipproducer.sasl.scram import HASHES, ScramClient
 
 from .acls import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
-from .errors import AuthenticationFailed, SecurityError
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+__all__ = ["RequestFailed", "SecurityClient", "read_client_properties"]
+
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-_SIZE = struct.Struct(">i")
 
 
-class RequestFailed(SecurityError):
-    """The broker answered with an error code."""
-
-
-def read_client_properties(path: str) -> dict[str, str]:
-    """A ``--command-config`` file: ``key=value`` lines, ``#`` comments.
-
-    Takes librdkafka's names (``sasl.username`` / ``sasl.password``) and also a Java-style
-    ``sasl.jaas.config=... username="u" password="p";``.
-    """
-    props: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith(("#", "!")):
-                continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                raise ValueError(f"{path}: {line!r} is not key=value")
-            props[key.strip()] = value.strip()
-    jaas = props.get("sasl.jaas.config")
-    if jaas:
-        for key in ("username", "password"):
-            found = re.search(rf'{key}\s*=\s*"([^"]*)"', jaas)
-            if found:
-                props.setdefault(f"sasl.{key}", found.group(1))
-    return props
-
-
-class SecurityClient:
-    def __init__(self, bootstrap: str, config: Mapping[str, str] | None = None,
-                 *, timeout: float = 30.0) -> None:
-        config = dict(config or {})
-        host, _, port = bootstrap.rpartition(":")
-        if not port.isdigit():
-            raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
-        self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
-        self.correlation = 0
-        try:
-            protocol = config.get("security.protocol", "PLAINTEXT").upper()
-            if protocol == "SASL_PLAINTEXT":
-                self.authenticate(
-                    config.get("sasl.mechanism", "PLAIN").upper(),
-                    config.get("sasl.username", ""),
-                    config.get("sasl.password", ""),
-                )
-            elif protocol != "PLAINTEXT":
-                raise ValueError(f"security.protocol {protocol} is not supported here "
-                                 "(PLAINTEXT or SASL_PLAINTEXT)")
-        except BaseException:
-            self.sock.close()
-            raise
-
-    # -- plumbing --------------------------------------------------------------------------------
-
-    def request(self, api_key: int, version: int, **fields: Any) -> Any:
-        self.correlation += 1
-        frame = encode_request_frame(self.correlation, "kip-acls",
-                                     build_request(api_key, version, **fields))
-        self.sock.sendall(frame)
-        size = _SIZE.unpack(self._read(4))[0]
-        return decode_response(self._read(size), api_key, version).body
-
-    def _read(self, n: int) -> bytes:
-        out = bytearray()
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            if not chunk:
-                raise ConnectionError("the broker closed the connection")
-            out += chunk
-        return bytes(out)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> SecurityClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- SASL ------------------------------------------------------------------------------------
-
-    def authenticate(self, mechanism: str, username: str, password: str) -> None:
-        shake = self.request(SASL_HANDSHAKE, 1, mechanism=mechanism)
-        if shake.error_code != ec.NONE:
-            raise AuthenticationFailed(
-                f"mechanism {mechanism} refused ({ec.error_name(shake.error_code)}); the "
-                f"broker offers {', '.join(shake.mechanisms) or 'none'}")
-        if mechanism == "PLAIN":
-            self._auth_step(plain_token(username, password))
-        elif mechanism in HASHES:
-            scram = ScramClient(mechanism, username, password)
-            server_first = self._auth_step(scram.first())
-            scram.verify(self._auth_step(scram.final(server_first)))
-        else:
-            raise AuthenticationFailed(f"mechanism {mechanism} is not supported by this client")
-
-    def _auth_step(self, token: bytes) -> bytes:
-        answer = self.request(SASL_AUTHENTICATE, 2, auth_bytes=token)
-        if answer.error_code != ec.NONE:
-            raise AuthenticationFailed(answer.error_message or ec.error_name(answer.error_code))
-        return bytes(answer.auth_bytes)
+class SecurityClient(BlockingClient):
+    client_id = "kip-acls"
 
     # -- ACLs ------------------------------------------------------------------------------------
 

@@ -1,0 +1,137 @@
+"""A small blocking Kafka client for the command line tools, with SASL PLAIN / SCRAM of its own.
+
+``kip acls --bootstrap-server`` and ``kip transactions`` use it: they need requests stock admin
+clients cannot send (ReplicatorWrite, operation 29, which librdkafka's AclOperation enum does not
+know; WriteTxnMarkers). It speaks the project's protocol layer, one request at a time on one
+connection.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from kipproducer.broker.security.errors import AuthenticationFailed, SecurityError
+from kipproducer.protocol import build_request, decode_response, encode_request_frame
+from kipproducer.protocol import error_codes as ec
+from kipproducer.sasl import plain_token
+from kipproducer.sasl.scram import HASHES, ScramClient
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+_SIZE = struct.Struct(">i")
+
+
+class RequestFailed(SecurityError):
+    """The broker answered with an error code."""
+
+
+def read_client_properties(path: str) -> dict[str, str]:
+    """A ``--command-config`` file: ``key=value`` lines, ``#`` comments.
+
+    Takes librdkafka's names (``sasl.username`` / ``sasl.password``) and also a Java-style
+    ``sasl.jaas.config=... username="u" password="p";``.
+    """
+    props: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ValueError(f"{path}: {line!r} is not key=value")
+            props[key.strip()] = value.strip()
+    jaas = props.get("sasl.jaas.config")
+    if jaas:
+        for key in ("username", "password"):
+            found = re.search(rf'{key}\s*=\s*"([^"]*)"', jaas)
+            if found:
+                props.setdefault(f"sasl.{key}", found.group(1))
+    return props
+
+
+class BlockingClient:
+    """One connection to one broker, one request at a time; SASL PLAIN / SCRAM if configured.
+
+    ``config`` takes client property names: ``security.protocol`` (PLAINTEXT or
+    SASL_PLAINTEXT), ``sasl.mechanism``, ``sasl.username``, ``sasl.password``.
+    """
+
+    client_id = "kip"
+
+    def __init__(self, bootstrap: str, config: Mapping[str, str] | None = None,
+                 *, timeout: float = 30.0) -> None:
+        config = dict(config or {})
+        host, _, port = bootstrap.rpartition(":")
+        if not port.isdigit():
+            raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
+        self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        self.correlation = 0
+        try:
+            protocol = config.get("security.protocol", "PLAINTEXT").upper()
+            if protocol == "SASL_PLAINTEXT":
+                self.authenticate(
+                    config.get("sasl.mechanism", "PLAIN").upper(),
+                    config.get("sasl.username", ""),
+                    config.get("sasl.password", ""),
+                )
+            elif protocol != "PLAINTEXT":
+                raise ValueError(f"security.protocol {protocol} is not supported here "
+                                 "(PLAINTEXT or SASL_PLAINTEXT)")
+        except BaseException:
+            self.sock.close()
+            raise
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def request(self, api_key: int, version: int, **fields: Any) -> Any:
+        self.correlation += 1
+        frame = encode_request_frame(self.correlation, self.client_id,
+                                     build_request(api_key, version, **fields))
+        self.sock.sendall(frame)
+        size = _SIZE.unpack(self._read(4))[0]
+        return decode_response(self._read(size), api_key, version).body
+
+    def _read(self, n: int) -> bytes:
+        out = bytearray()
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            out += chunk
+        return bytes(out)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> BlockingClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- SASL ------------------------------------------------------------------------------------
+
+    def authenticate(self, mechanism: str, username: str, password: str) -> None:
+        shake = self.request(SASL_HANDSHAKE, 1, mechanism=mechanism)
+        if shake.error_code != ec.NONE:
+            raise AuthenticationFailed(
+                f"mechanism {mechanism} refused ({ec.error_name(shake.error_code)}); the "
+                f"broker offers {', '.join(shake.mechanisms) or 'none'}")
+        if mechanism == "PLAIN":
+            self._auth_step(plain_token(username, password))
+        elif mechanism in HASHES:
+            scram = ScramClient(mechanism, username, password)
+            server_first = self._auth_step(scram.first())
+            scram.verify(self._auth_step(scram.final(server_first)))
+        else:
+            raise AuthenticationFailed(f"mechanism {mechanism} is not supported by this client")
+
+    def _auth_step(self, token: bytes) -> bytes:
+        answer = self.request(SASL_AUTHENTICATE, 2, auth_bytes=token)
+        if answer.error_code != ec.NONE:
+            raise AuthenticationFailed(answer.error_message or ec.error_name(answer.error_code))
+        return bytes(answer.auth_bytes)
