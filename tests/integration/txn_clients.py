@@ -165,8 +165,32 @@ WRITERS: dict[str, Callable[[str, str], Any]] = {
 # -- readers ----------------------------------------------------------------------------------
 
 
-def _sorted(read: Read) -> Read:
-    return {p: sorted(rows) for p, rows in read.items()}
+class _Collector:
+    """What a reader has seen; ``more()`` says whether to poll again: until ``expected``
+    records came and ``EXTRA_WAIT_S`` more passed (so extra records are caught too), or until
+    ``READ_TIMEOUT_S`` (the caller's assertion then shows what was missing)."""
+
+    def __init__(self, partitions: int, expected: int) -> None:
+        self.rows: Read = {p: [] for p in range(partitions)}
+        self.expected = expected
+        self.got = 0
+        self.deadline = time.monotonic() + READ_TIMEOUT_S
+        self.quiet_until: float | None = None
+
+    def add(self, partition: int, offset: int, value: bytes) -> None:
+        self.rows[partition].append((offset, value))
+        self.got += 1
+
+    def more(self) -> bool:
+        now = time.monotonic()
+        if self.got >= self.expected:
+            self.quiet_until = self.quiet_until or now + EXTRA_WAIT_S
+            if now >= self.quiet_until:
+                return False
+        return now < self.deadline
+
+    def result(self) -> Read:
+        return {p: sorted(rows) for p, rows in self.rows.items()}
 
 
 def read_confluent(bootstrap: str, topic: str, partitions: int, isolation: Isolation,
@@ -178,21 +202,15 @@ def read_confluent(bootstrap: str, topic: str, partitions: int, isolation: Isola
         "isolation.level": isolation,
         "enable.partition.eof": False,
     })
-    out: Read = {p: [] for p in range(partitions)}
+    seen = _Collector(partitions, expected)
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        got, deadline, quiet_until = 0, time.monotonic() + READ_TIMEOUT_S, None
-        while time.monotonic() < deadline:
-            if got >= expected:
-                quiet_until = quiet_until or time.monotonic() + EXTRA_WAIT_S
-                if time.monotonic() >= quiet_until:
-                    break
+        while seen.more():
             for msg in consumer.consume(1000, timeout=0.2):
                 if msg.error() is not None:
                     raise AssertionError(f"consumer error: {msg.error()}")
-                out[msg.partition()].append((msg.offset(), msg.value()))
-                got += 1
-        return _sorted(out)
+                seen.add(msg.partition(), msg.offset(), msg.value())
+        return seen.result()
     finally:
         consumer.close()
 
@@ -205,21 +223,15 @@ def read_kafka_python(bootstrap: str, topic: str, partitions: int, isolation: Is
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
                              enable_auto_commit=False, auto_offset_reset="earliest",
                              group_id=None, consumer_timeout_ms=200)
-    out: Read = {p: [] for p in range(partitions)}
+    seen = _Collector(partitions, expected)
     try:
         consumer.assign([KTP(topic, p) for p in range(partitions)])
         consumer.seek_to_beginning()
-        got, deadline, quiet_until = 0, time.monotonic() + READ_TIMEOUT_S, None
-        while time.monotonic() < deadline:
-            if got >= expected:
-                quiet_until = quiet_until or time.monotonic() + EXTRA_WAIT_S
-                if time.monotonic() >= quiet_until:
-                    break
+        while seen.more():
             for records in consumer.poll(timeout_ms=200).values():
                 for r in records:
-                    out[r.partition].append((r.offset, r.value))
-                    got += 1
-        return _sorted(out)
+                    seen.add(r.partition, r.offset, r.value)
+        return seen.result()
     finally:
         consumer.close()
 
@@ -232,23 +244,17 @@ def read_aiokafka(bootstrap: str, topic: str, partitions: int, isolation: Isolat
     async def run() -> Read:
         consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
                                     enable_auto_commit=False, auto_offset_reset="earliest")
-        out: Read = {p: [] for p in range(partitions)}
+        seen = _Collector(partitions, expected)
         await consumer.start()
         try:
             consumer.assign([ATP(topic, p) for p in range(partitions)])
             await consumer.seek_to_beginning()
-            got, deadline, quiet_until = 0, time.monotonic() + READ_TIMEOUT_S, None
-            while time.monotonic() < deadline:
-                if got >= expected:
-                    quiet_until = quiet_until or time.monotonic() + EXTRA_WAIT_S
-                    if time.monotonic() >= quiet_until:
-                        break
+            while seen.more():
                 batch = await consumer.getmany(timeout_ms=200)
                 for records in batch.values():
                     for r in records:
-                        out[r.partition].append((r.offset, r.value))
-                        got += 1
-            return _sorted(out)
+                        seen.add(r.partition, r.offset, r.value)
+            return seen.result()
         finally:
             await consumer.stop()
 
