@@ -299,13 +299,7 @@ class ProducerStateManager:
         repeated marker, or one whose data went with retention) still completes one of no
         data, first offset = the marker's offset, as in Kafka.
         """
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
-        if producer_epoch != entry.epoch:
-            entry.epoch = producer_epoch
-            entry.batches.clear()
-        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry = self._entry_at(producer_id, producer_epoch, timestamp)
         entry.coordinator_epoch = coordinator_epoch
         first_offset = entry.current_txn_first_offset
         entry.current_txn_first_offset = None
@@ -391,14 +385,7 @@ class ProducerStateManager:
         """
         if producer_id < 0:
             return
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
-        if producer_epoch != entry.epoch:
-            # A new epoch starts over: the old epoch's batches can no longer be retried.
-            entry.epoch = producer_epoch
-            entry.batches.clear()
-        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        entry = self._entry_at(producer_id, producer_epoch, timestamp)
         if is_control:
             return
         if is_transactional and entry.current_txn_first_offset is None:
@@ -415,6 +402,21 @@ class ProducerStateManager:
                 timestamp,
             )
         )
+
+    def _entry_at(
+        self, producer_id: int, producer_epoch: int, timestamp: int
+    ) -> ProducerStateEntry:
+        """The producer's entry (created if new) moved to ``producer_epoch`` and ``timestamp``,
+        for a batch or marker appended with them."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerStateEntry(producer_id)
+        if producer_epoch != entry.epoch:
+            # A new epoch starts over: the old epoch's batches can no longer be retried.
+            entry.epoch = producer_epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, timestamp)
+        return entry
 
     def apply_batch(self, batch: BatchHeader) -> CompletedTxn | None:
         """Replay one batch read back from the log; the transaction a marker completes."""

@@ -405,6 +405,12 @@ class Engine:
     def set_producer(self, producer_id: int, producer_epoch: int) -> None:
         """A transactional producer id / epoch: batches not yet acknowledged are re-stamped
         with it, every partition's sequence from 0."""
+        self._adopt_producer(producer_id, producer_epoch)
+        self._broken.clear()
+
+    def _adopt_producer(self, producer_id: int, producer_epoch: int) -> None:
+        """Batches not yet acknowledged go back to the accumulator, oldest first at the front,
+        so they are re-stamped with the new id and sequences from 0 when drained again."""
         with self.lock:
             for sender in self._partitions.values():
                 for batch in reversed([*sender.failed, *sender.pending]):
@@ -413,7 +419,6 @@ class Engine:
                 sender.pending.clear()
             self.acc.set_producer(producer_id, producer_epoch)
         self._producer_id = producer_id
-        self._broken.clear()
 
     def purge_transaction(self) -> int:
         """Drop every record not in flight (reported with _PURGE_QUEUE, as librdkafka does
@@ -589,16 +594,7 @@ class Engine:
             log.error("idempotent producer cannot start: %s", self._fatal)
             self._need_new_producer_id = False
             return
-        # Batches not yet acknowledged go back to the accumulator, oldest first at the front,
-        # so they are re-stamped with the new id and sequences from 0 when drained again.
-        with self.lock:
-            for sender in self._partitions.values():
-                for batch in reversed([*sender.failed, *sender.pending]):
-                    self.acc.reenqueue(batch)
-                sender.failed.clear()
-                sender.pending.clear()
-            self.acc.set_producer(response.producer_id, response.producer_epoch)
-        self._producer_id = response.producer_id
+        self._adopt_producer(response.producer_id, response.producer_epoch)
         self._need_new_producer_id = False
         self._broken.clear()
         log.info("idempotent producer id %d epoch %d", response.producer_id,

@@ -20,17 +20,11 @@ def validate_offset_commit(
     group waits for the leader's assignment (the member would commit for partitions it may be
     about to lose).
     """
-    if group.is_in(GroupState.DEAD):
-        return errors.COORDINATOR_NOT_AVAILABLE
-    if generation_id < 0 and group.is_in(GroupState.EMPTY):
-        return errors.NONE
-    if generation_id >= 0 or member_id or group_instance_id is not None:
-        error = group.validate_member(member_id, group_instance_id)
-        if error != errors.NONE:
-            return error
-        if generation_id != group.generation_id:
-            return errors.ILLEGAL_GENERATION
-    elif not group.is_in(GroupState.EMPTY):
+    error = _validate_committer(group, member_id, group_instance_id, generation_id)
+    if error != errors.NONE:
+        return error
+    from_outside = not _names_member(member_id, group_instance_id, generation_id)
+    if from_outside and not group.is_in(GroupState.EMPTY):
         return errors.UNKNOWN_MEMBER_ID
     if group.is_in(GroupState.COMPLETING_REBALANCE):
         return errors.REBALANCE_IN_PROGRESS
@@ -50,11 +44,25 @@ def validate_txn_offset_commit(
     is Empty (a standalone producer). Unlike OffsetCommit, a group awaiting its assignment does
     not refuse the commit: the transaction only takes effect when it commits.
     """
+    return _validate_committer(group, member_id, group_instance_id, generation_id)
+
+
+def _names_member(member_id: str, group_instance_id: str | None, generation_id: int) -> bool:
+    """Whether a commit claims to come from a group member (else from outside the group)."""
+    return generation_id >= 0 or bool(member_id) or group_instance_id is not None
+
+
+def _validate_committer(
+    group: ClassicGroup, member_id: str, group_instance_id: str | None, generation_id: int
+) -> int:
+    """The checks OffsetCommit and TxnOffsetCommit share: the group still exists, and a commit
+    that names a member comes from a current member of the current generation. A -1
+    generation is accepted while the group is Empty, whatever member it names."""
     if group.is_in(GroupState.DEAD):
         return errors.COORDINATOR_NOT_AVAILABLE
     if generation_id < 0 and group.is_in(GroupState.EMPTY):
         return errors.NONE
-    if generation_id >= 0 or member_id or group_instance_id is not None:
+    if _names_member(member_id, group_instance_id, generation_id):
         error = group.validate_member(member_id, group_instance_id)
         if error != errors.NONE:
             return error

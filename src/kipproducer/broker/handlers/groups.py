@@ -230,6 +230,30 @@ async def leave_group(ctx: RequestContext, body):
     )
 
 
+def _committed_value(p, *, with_leader_epoch: bool) -> tuple:
+    """(offset, leader epoch, metadata) of one partition of an (Txn)OffsetCommit; -1 for the
+    leader epoch in versions that do not carry it."""
+    epoch = p.committed_leader_epoch if with_leader_epoch else -1
+    return (p.committed_offset, epoch, p.committed_metadata)
+
+
+def _commit_answer(body, answers: dict[tuple[str, int], int]) -> list:
+    """The topics of an (Txn)OffsetCommit response: each partition asked for with its code."""
+    return [
+        {
+            "name": topic.name,
+            "partitions": [
+                {
+                    "partition_index": p.partition_index,
+                    "error_code": answers[(topic.name, p.partition_index)],
+                }
+                for p in topic.partitions
+            ],
+        }
+        for topic in body.topics
+    ]
+
+
 @handles(OFFSET_COMMIT, 2, 9, advertise_min=0)
 async def offset_commit(ctx: RequestContext, body):
     v = ctx.api_version
@@ -253,8 +277,7 @@ async def offset_commit(ctx: RequestContext, body):
             elif info is None or not 0 <= p.partition_index < info.partitions:
                 answers[tp] = ec.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                epoch = p.committed_leader_epoch if v >= 6 else -1
-                valid[tp] = (p.committed_offset, epoch, p.committed_metadata)
+                valid[tp] = _committed_value(p, with_leader_epoch=v >= 6)
     if valid:
         generation = body.generation_id_or_member_epoch
         answers.update(
@@ -266,20 +289,7 @@ async def offset_commit(ctx: RequestContext, body):
                 valid,
             )
         )
-    topics = [
-        {
-            "name": topic.name,
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": answers[(topic.name, p.partition_index)],
-                }
-                for p in topic.partitions
-            ],
-        }
-        for topic in body.topics
-    ]
-    return build_response(OFFSET_COMMIT, v, topics=topics)
+    return build_response(OFFSET_COMMIT, v, topics=_commit_answer(body, answers))
 
 
 def _fetch_group(
@@ -345,22 +355,6 @@ async def offset_fetch(ctx: RequestContext, body):
     return build_response(OFFSET_FETCH, v, **fields)
 
 
-def _txn_commit_answer(body, answers: dict[tuple[str, int], int]):
-    return [
-        {
-            "name": topic.name,
-            "partitions": [
-                {
-                    "partition_index": p.partition_index,
-                    "error_code": answers[(topic.name, p.partition_index)],
-                }
-                for p in topic.partitions
-            ],
-        }
-        for topic in body.topics
-    ]
-
-
 def _verify_transaction(ctx: RequestContext, body) -> int:
     """The transaction coordinator's word on this TxnOffsetCommit: NONE when the transaction is
     open with this producer id and epoch and the group was added with AddOffsetsToTxn."""
@@ -383,10 +377,10 @@ async def txn_offset_commit(ctx: RequestContext, body):
     every = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     if not may_write_transactional_id(ctx, body.transactional_id):
         refused = dict.fromkeys(every, ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        return build_response(TXN_OFFSET_COMMIT, v, topics=_txn_commit_answer(body, refused))
+        return build_response(TXN_OFFSET_COMMIT, v, topics=_commit_answer(body, refused))
     if not may_read_group(ctx, body.group_id):
         refused = dict.fromkeys(every, ec.GROUP_AUTHORIZATION_FAILED)
-        return build_response(TXN_OFFSET_COMMIT, v, topics=_txn_commit_answer(body, refused))
+        return build_response(TXN_OFFSET_COMMIT, v, topics=_commit_answer(body, refused))
     topics_known = logs_of(ctx).topics()
     answers: dict[tuple[str, int], int] = {}
     valid = {}
@@ -400,8 +394,7 @@ async def txn_offset_commit(ctx: RequestContext, body):
             elif info is None or not 0 <= p.partition_index < info.partitions:
                 answers[tp] = ec.UNKNOWN_TOPIC_OR_PARTITION
             else:
-                epoch = p.committed_leader_epoch if v >= 2 else -1
-                valid[tp] = (p.committed_offset, epoch, p.committed_metadata)
+                valid[tp] = _committed_value(p, with_leader_epoch=v >= 2)
     if valid:
         groups = _coordinator(ctx)
         code = ec.COORDINATOR_NOT_AVAILABLE if groups is None else _verify_transaction(ctx, body)
@@ -419,7 +412,7 @@ async def txn_offset_commit(ctx: RequestContext, body):
                     valid,
                 )
             )
-    return build_response(TXN_OFFSET_COMMIT, v, topics=_txn_commit_answer(body, answers))
+    return build_response(TXN_OFFSET_COMMIT, v, topics=_commit_answer(body, answers))
 
 
 @handles(LIST_GROUPS, 0, 5)

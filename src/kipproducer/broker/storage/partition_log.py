@@ -128,6 +128,13 @@ def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:
     )
 
 
+def _index_if_aborted(segment: LogSegment, completed: CompletedTxn) -> None:
+    """An aborted transaction goes into the transaction index of the segment holding its
+    marker, where read_committed fetches find it."""
+    if completed.aborted:
+        segment.txn_index.append(_aborted_entry(completed))
+
+
 class AppendResult(NamedTuple):
     """Where an appended batch landed (for a duplicate: where it landed the first time)."""
 
@@ -629,8 +636,7 @@ class PartitionLog:
             if producer_id >= 0 and marker is not None:
                 # A marker that arrives as a batch (replication) closes the transaction as
                 # append_marker does.
-                self._complete_txn_locked(
-                    active,
+                completed = self.producer_state.complete_txn(
                     producer_id,
                     batch.producer_epoch,
                     base_offset,
@@ -638,6 +644,7 @@ class PartitionLog:
                     commit=marker.commit,
                     coordinator_epoch=marker.coordinator_epoch,
                 )
+                _index_if_aborted(active, completed)
             elif producer_id >= 0:
                 self.producer_state.update(
                     producer_id,
@@ -709,8 +716,7 @@ class PartitionLog:
             if self._should_roll(active, len(buf), timestamp, offset):
                 active = self._roll_locked(offset)
             active.append(buf, offset, offset, timestamp)
-            self._complete_txn_locked(
-                active,
+            completed = self.producer_state.complete_txn(
                 producer_id,
                 producer_epoch,
                 offset,
@@ -718,32 +724,11 @@ class PartitionLog:
                 commit=commit,
                 coordinator_epoch=coordinator_epoch,
             )
+            _index_if_aborted(active, completed)
             self._unflushed_records += 1
             if self._unflushed_records >= config.flush_messages:
                 self._flush_locked()
             return AppendResult(offset, offset, log_append_time, self._log_start_offset, offset + 1)
-
-    def _complete_txn_locked(
-        self,
-        segment: LogSegment,
-        producer_id: int,
-        producer_epoch: int,
-        marker_offset: int,
-        timestamp: int,
-        *,
-        commit: bool,
-        coordinator_epoch: int,
-    ) -> None:
-        completed = self.producer_state.complete_txn(
-            producer_id,
-            producer_epoch,
-            marker_offset,
-            timestamp,
-            commit=commit,
-            coordinator_epoch=coordinator_epoch,
-        )
-        if completed.aborted:
-            segment.txn_index.append(_aborted_entry(completed))
 
     # -- read ----------------------------------------------------------------------------------
 

@@ -263,13 +263,9 @@ class TransactionCoordinator:
         partitions: frozenset[TopicPartition],
         groups: frozenset[str],
     ) -> int:
-        if not transactional_id:
-            return ec.INVALID_REQUEST
-        current = self._txns.get(transactional_id)
-        if current is None or current.producer_id != producer_id:
-            return ec.INVALID_PRODUCER_ID_MAPPING
-        if current.producer_epoch != producer_epoch:
-            return ec.PRODUCER_FENCED
+        current = self._owned(transactional_id, producer_id, producer_epoch)
+        if isinstance(current, int):
+            return current
         if transactional_id in self._pending or current.state in PREPARING:
             return ec.CONCURRENT_TRANSACTIONS
         if (current.state == S.ONGOING and partitions <= current.partitions
@@ -296,14 +292,10 @@ class TransactionCoordinator:
     async def _end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> int:
-        if not transactional_id:
-            return ec.INVALID_REQUEST
-        current = self._txns.get(transactional_id)
-        if current is None or current.producer_id != producer_id:
-            return ec.INVALID_PRODUCER_ID_MAPPING
-        # Strict equality: a client never bumps the epoch with EndTxn (TV1).
-        if current.producer_epoch != producer_epoch:
-            return ec.PRODUCER_FENCED
+        current = self._owned(transactional_id, producer_id, producer_epoch)
+        if isinstance(current, int):
+            return current
+        # Only a running change is refused here: a Prepare state is answered below.
         if transactional_id in self._pending:
             return ec.CONCURRENT_TRANSACTIONS
         state = current.state
@@ -317,6 +309,27 @@ class TransactionCoordinator:
         log.info("transactional id %r: EndTxn(%s) in state %s refused", transactional_id,
                  "commit" if commit else "abort", state.value)
         return ec.INVALID_TXN_STATE
+
+    def _owned(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        *,
+        fenced: int = ec.PRODUCER_FENCED,
+    ) -> TransactionMetadata | int:
+        """The id's current metadata if ``producer_id`` holds it with ``producer_epoch``, else
+        the error code: ``fenced`` for another epoch (verification answers it with the
+        older INVALID_PRODUCER_EPOCH). Each caller adds its own CONCURRENT_TRANSACTIONS rule."""
+        if not transactional_id:
+            return ec.INVALID_REQUEST
+        current = self._txns.get(transactional_id)
+        if current is None or current.producer_id != producer_id:
+            return ec.INVALID_PRODUCER_ID_MAPPING
+        # Strict equality: only InitProducerId bumps the epoch, never these requests (TV1).
+        if current.producer_epoch != producer_epoch:
+            return fenced
+        return current
 
     async def _end(self, current: TransactionMetadata, *, commit: bool,
                    fenced_epoch: int | None = None) -> int:
@@ -430,10 +443,9 @@ class TransactionCoordinator:
         transaction verification, KIP-890 part 1, with AddPartitionsToTxnManager's mapping of
         PRODUCER_FENCED to INVALID_PRODUCER_EPOCH). INVALID_TXN_STATE: the partition is not
         in an Ongoing transaction of this producer; CONCURRENT_TRANSACTIONS: it is ending."""
-        code = self._verify(transactional_id, producer_id, producer_epoch)
-        if code != ec.NONE:
-            return code
-        current = self._txns[transactional_id]
+        current = self._verified(transactional_id, producer_id, producer_epoch)
+        if isinstance(current, int):
+            return current
         if current.state == S.ONGOING and (topic, partition) in current.partitions:
             return ec.NONE
         return ec.INVALID_TXN_STATE
@@ -443,25 +455,23 @@ class TransactionCoordinator:
     ) -> int:
         """Error code for a TxnOffsetCommit: NONE when the transaction is Ongoing with this
         producer id/epoch and ``group_id`` was added with AddOffsetsToTxn."""
-        code = self._verify(transactional_id, producer_id, producer_epoch)
-        if code != ec.NONE:
-            return code
-        current = self._txns[transactional_id]
+        current = self._verified(transactional_id, producer_id, producer_epoch)
+        if isinstance(current, int):
+            return current
         if current.state == S.ONGOING and group_id in current.groups:
             return ec.NONE
         return ec.INVALID_TXN_STATE
 
-    def _verify(self, transactional_id: str, producer_id: int, producer_epoch: int) -> int:
-        if not transactional_id:
-            return ec.INVALID_REQUEST
-        current = self._txns.get(transactional_id)
-        if current is None or current.producer_id != producer_id:
-            return ec.INVALID_PRODUCER_ID_MAPPING
-        if current.producer_epoch != producer_epoch:
-            return ec.INVALID_PRODUCER_EPOCH
-        if current.state in PREPARING:
+    def _verified(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TransactionMetadata | int:
+        """``_owned`` for the verifications, where a transaction in a Prepare state is ending
+        (CONCURRENT_TRANSACTIONS)."""
+        current = self._owned(transactional_id, producer_id, producer_epoch,
+                              fenced=ec.INVALID_PRODUCER_EPOCH)
+        if isinstance(current, TransactionMetadata) and current.state in PREPARING:
             return ec.CONCURRENT_TRANSACTIONS
-        return ec.NONE
+        return current
 
     # -- DescribeTransactions / ListTransactions ------------------------------------------------
 
