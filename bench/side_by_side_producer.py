@@ -8,7 +8,7 @@ Each contender runs in its own process so its CPU seconds (all threads) and peak
 own. With ``--transactions N`` every contender is a transactional producer that commits every
 N records (issue 12: kipproducer runs the transactions in its own engine).
 
-    PYTHONPATH=src python bench/side_by_side_producer.py [--records N] [--repeat R]
+    python bench/side_by_side_producer.py [--records N] [--repeat R]
         [--transactions N] [--write bench/RESULTS.md]
 """
 
@@ -209,7 +209,7 @@ def main(argv=None) -> None:
                  if args.transactions else "")
     lines = [
         heading, "",
-        f"Command: `PYTHONPATH=src python bench/side_by_side_producer.py --records {n} "
+        f"Command: `python bench/side_by_side_producer.py --records {n} "
         f"--repeat {args.repeat}{txn_flag}{' --broker tansu' if tansu else ''}` (median of "
         f"{args.repeat} alternating runs, one process per run).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and {broker_name} share "
