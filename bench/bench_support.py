@@ -28,9 +28,11 @@ def broker_data_dir(prefix: str) -> tuple[str, str]:
 def _src_is_built() -> bool:
     """Does the checkout's src/ hold compiled extensions (an editable install or
     ``python setup.py build_ext --inplace``)? Without them it cannot be imported."""
-    import glob
+    from importlib.machinery import EXTENSION_SUFFIXES
 
-    return bool(glob.glob(os.path.join(ROOT, "src", "kipproducer", "_records.*")))
+    package = os.path.join(ROOT, "src", "kipproducer")
+    return any(os.path.exists(os.path.join(package, "_records" + suffix))
+               for suffix in EXTENSION_SUFFIXES)
 
 
 def child_env() -> dict[str, str]:
