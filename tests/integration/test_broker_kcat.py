@@ -1,11 +1,14 @@
 """kcat (the Debian package) against the broker subprocess: produce lines, consume them back.
 
-kcat is a required tool of this suite (CI installs it): a missing kcat fails loudly with the
-install command instead of skipping, so the interop check can never silently disappear.
+kcat is a system tool, not a Python package: .ci/run installs it (Debian package kcat). Where
+it is missing these tests are skipped with the install command, so the README's test command
+passes on a fresh machine; under CI (CI=true) a missing kcat fails instead, so the interop
+check can never silently disappear from CI.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -19,11 +22,11 @@ TIMEOUT = 30.0
 def kcat() -> str:
     path = shutil.which("kcat")
     if path is None:
-        pytest.fail(
-            "kcat is not installed; install it with `apt-get install -y kcat` "
-            "(Debian/Ubuntu package kcat; .ci/run installs it)",
-            pytrace=False,
-        )
+        why = ("kcat is not installed; install it with `apt-get install -y kcat` "
+               "(Debian/Ubuntu package kcat; .ci/run installs it)")
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
     return path
 
 
