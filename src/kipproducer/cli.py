@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import security_cli, transactions_cli
+from . import groups_cli, security_cli, transactions_cli
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.set_defaults(func=cmd_broker)
     security_cli.add_parsers(sub)  # kip users, kip acls
     transactions_cli.add_parser(sub)  # kip transactions
+    groups_cli.add_parser(sub)  # kip groups
     return parser
 
 

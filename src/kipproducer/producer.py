@@ -29,6 +29,7 @@ stay librdkafka's, with both bulk calls sent record by record through its ``prod
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -43,9 +44,27 @@ from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
+from .producer_group import ProducerGroup, split_config
 from .records import decode_batches
 
 __all__ = ["BatchDelivery", "GroupMetadata", "Producer"]
+
+
+def _serves_group(method: Callable) -> Callable:
+    """A produce path of a producer-group member serves the group (its callbacks, the
+    periodic commit) *after* the records are appended: they were meant for partitions the
+    member owned at the call, and an on_revoke that runs now still covers them."""
+
+    @functools.wraps(method)
+    def call(self: Producer, *args: Any, **kwargs: Any) -> Any:
+        if self._group is None:
+            return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._group.tick()
+
+    return call
 
 log = logging.getLogger("kipproducer")
 
@@ -110,8 +129,12 @@ class Producer(confluent_kafka.Producer):
                                   + ", ".join(sorted(KIP_PROPERTIES)))
         # kip.* values are checked now too, not at the first bulk call.
         EngineConfig.check_kip_properties(conf)
+        # Producer groups (KIP-509): their properties are not librdkafka's producer's.
+        conf, group_settings = split_config(conf)
         super().__init__({k: v for k, v in conf.items() if not k.startswith("kip.")})
         self._conf = conf
+        self._group: ProducerGroup | None = (
+            ProducerGroup(self, conf, group_settings) if group_settings is not None else None)
         self._engine = None
         self._default_on_delivery = conf.get("on_delivery") or conf.get("delivery.report.cb")
         # With transactional.id: the engine's transaction manager, or None when the engine
@@ -202,6 +225,7 @@ class Producer(confluent_kafka.Producer):
             return 0  # every partitioner picks the only partition: skip hashing the keys
         return choose_partitions(keys, count, total, engine.config.partitioner)
 
+    @_serves_group
     def produce_batch(self, topic: str, messages: list[dict], partition: int = -1,
                       on_delivery: Callable | None = None, **kwargs: Any) -> int:
         """confluent-kafka's produce_batch, through the engine: headers and timestamps kept."""
@@ -260,6 +284,7 @@ class Producer(confluent_kafka.Producer):
         engine.appended(queued)
         return queued
 
+    @_serves_group
     def produce_arrays(self, topic: str, values, keys=None, headers=None, timestamps=None,
                        partition: Any = -1, on_delivery: Callable | None = None, *,
                        per_record: bool | None = None, offsets=None,
@@ -335,6 +360,7 @@ class Producer(confluent_kafka.Producer):
 
     # ---- the librdkafka lane ------------------------------------------------------------------
 
+    @_serves_group
     def produce(self, topic, value=None, key=None, *args, **kwargs):  # type: ignore[override]
         if "offset" in kwargs or "expected_offset" in kwargs or self._txn is not None:
             return self._produce_kip(topic, value, key, args, kwargs)
@@ -563,11 +589,94 @@ class Producer(confluent_kafka.Producer):
         timeout = _timeout_arg("send_offsets_to_transaction", args, kwargs)
         self._txn.send_offsets(positions, group_metadata, timeout)
 
-    def commit_transaction(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        """Flushes (serving delivery callbacks), then commits; see docs/producer.md."""
+    def commit_transaction(self, *args: Any, positions: dict | None = None,
+                           **kwargs: Any) -> None:  # type: ignore[override]
+        """Flushes (serving delivery callbacks), then commits; see docs/producer.md.
+
+        ``positions`` (producer groups, KIP-509): {source partition: position str or None},
+        committed in this transaction with the member's generation (KIP-447); the
+        ``update_offsets_cb`` hook is asked first (docs/producer-groups.md)."""
+        if self._group is None:
+            if positions is not None:
+                raise KafkaException(KafkaError(
+                    KafkaError._INVALID_ARG, "commit_transaction(positions=...) needs a "
+                    "producer group (group.id and source.partition.count)"))
+            return self._commit_txn_only(*args, **kwargs)
+        group = self._group
+        timeout = _timeout_arg("commit_transaction", args, kwargs)
+        updates = group.prepare(positions, "commit_transaction")
+        if updates:
+            group.add_to_transaction(updates, timeout)
+        self._commit_txn_only(*(() if timeout is None else (timeout,)))
+        group.committed(updates)
+
+    def _commit_txn_only(self, *args: Any, **kwargs: Any) -> None:
         if self._txn is None:
             return super().commit_transaction(*args, **kwargs)
         self._txn.commit(_timeout_arg("commit_transaction", args, kwargs), self.flush)
+
+    # ---- producer groups (KIP-509, KIP-910; producer_group.py) --------------------------------
+
+    def _require_group(self, call: str) -> ProducerGroup:
+        if self._group is None:
+            raise KafkaException(KafkaError(
+                KafkaError._INVALID_ARG, f"{call}() needs a producer group: set group.id and "
+                "source.partition.count (docs/producer-groups.md)"))
+        return self._group
+
+    def subscribe(self, on_assign: Callable | None = None, on_revoke: Callable | None = None,
+                  on_lost: Callable | None = None, *,
+                  timeout: float | None = None) -> dict[int, str | None]:
+        """Join the producer group; returns {source partition: position or None} for the
+        partitions this member owns after its first assignment ({} for a standby member).
+        ``on_assign(producer, {partition: position})``, ``on_revoke(producer, [partitions])``
+        and ``on_lost(producer, [partitions])`` run later from inside this producer's calls.
+        With ``transactional.id``, init_transactions() is called first when it was not.
+        ``timeout`` (s; default positions.commit.timeout.ms) bounds the wait."""
+        group = self._require_group("subscribe")
+        if self._txn is not None and self._txn.state is TxnState.INIT:
+            self.init_transactions()
+        return group.subscribe(on_assign, on_revoke, on_lost, timeout)
+
+    def alive(self) -> dict[int, str | None]:
+        """Liveness while the source is idle: serves the group (callbacks run here) and the
+        periodic positions commit. Returns the owned partitions and their positions."""
+        group = self._require_group("alive")
+        group._require()
+        group.poll(0)
+        group.periodic_commit()
+        return dict(group.positions)
+
+    def assignment_positions(self) -> dict[int, str | None]:
+        """The owned source partitions and their last committed positions (no call out)."""
+        return dict(self._require_group("assignment_positions").positions)
+
+    def commit_positions(self, positions: dict, timeout: float = -1) -> None:
+        """At-least-once mode (no transactional.id): flush the data, then commit
+        {source partition: position str or None}; refused, with nothing committed, for a
+        partition this member does not own."""
+        group = self._require_group("commit_positions")
+        if self._conf.get("transactional.id"):
+            raise KafkaException(KafkaError(
+                KafkaError._STATE, "commit_positions() is the at-least-once mode; with "
+                "transactional.id commit positions with commit_transaction(positions=...)"))
+        group._require()
+        group.poll(0)
+        group._check_owned(positions, "commit_positions")
+        wait = None if timeout is None or timeout < 0 else float(timeout)
+        deadline = None if wait is None else time.monotonic() + wait
+        updates = group.prepare(positions, "commit_positions")
+        delivered = group.write_records(updates)
+        left = self.flush(-1 if wait is None else wait)
+        if left:
+            raise KafkaException(KafkaError(
+                KafkaError._TIMED_OUT, f"commit_positions: {left} record(s) not delivered in "
+                "time; no position was committed", retriable=True))
+        if updates:
+            group._check_owned(updates, "commit_positions")  # a callback may have run
+            group.commit_direct(updates, group.offsets(updates, delivered),
+                                None if deadline is None
+                                else max(deadline - time.monotonic(), 0.1))
 
     def abort_transaction(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """Drops records not sent yet (_PURGE_QUEUE), waits for those in flight, aborts."""
@@ -661,6 +770,7 @@ class Producer(confluent_kafka.Producer):
             self._engine.purge()
 
     def close(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self._close_group()
         self._close_engine()
         parent = getattr(super(), "close", None)
         return parent(*args, **kwargs) if parent is not None else None
@@ -668,8 +778,14 @@ class Producer(confluent_kafka.Producer):
     def __exit__(self, *exc_info: Any) -> Any:
         # confluent-kafka's __exit__ flushes librdkafka only: the engine's records must be
         # delivered (and their callbacks served) too before the producer goes away.
+        self._close_group()
         self._close_engine()
         return super().__exit__(*exc_info)
+
+    def _close_group(self) -> None:
+        group = getattr(self, "_group", None)
+        if group is not None:
+            group.close()
 
     def _close_engine(self) -> None:
         if self._engine is not None:

@@ -704,8 +704,13 @@ def _valid_offsets(positions: Iterable[Any]) -> dict[str, list[tuple[int, int, i
         if not isinstance(offset, int) or offset < 0:
             continue
         epoch = getattr(tp, "leader_epoch", None)
+        metadata = getattr(tp, "metadata", None)
+        if metadata is not None and not metadata.endswith("\0"):
+            # As librdkafka sends it from confluent-kafka (which passes the C string with its
+            # NUL, and reads metadata back as a C string): a commit without the NUL comes back
+            # from confluent's committed() with bytes past its end.
+            metadata += "\0"
         out.setdefault(tp.topic, []).append(
-            (tp.partition, offset, -1 if epoch is None else epoch,
-             getattr(tp, "metadata", None)))
+            (tp.partition, offset, -1 if epoch is None else epoch, metadata))
     return out
 
