@@ -8,10 +8,11 @@
 3. The broker's log cleaner compacts it (superseded records are removed, their offsets become
    holes), and DeleteRecords moves each partition's log start up: the source's offsets now
    have real gaps and do not start at 0, as in any long-lived compacted topic.
-4. The copy: a stock librdkafka consumer (confluent_kafka.Consumer) reads the source and
-   ``kipproducer.Producer.produce_arrays(..., offsets=...)`` writes the target, every record at
-   its source offset, with its key, value, headers and timestamp; the target's log start is
-   set to the source's with DeleteRecords. A progress bar runs on stderr meanwhile.
+4. The copy, with ``kip mirror``'s preserve mode (kipproducer.mirror): a stock librdkafka
+   consumer reads the source and ``kipproducer.Producer.produce_arrays(..., offsets=...)``
+   writes the target, every record at its source offset, with its key, value, headers and
+   timestamp; the mirror moves the target's log start to the source's with DeleteRecords. Its
+   progress line runs on stderr meanwhile.
 5. A fresh librdkafka consumer reads both topics; a table compares, per partition, the
    watermarks, first and last offset, record count, gaps and a CRC-32C over every record's
    offset, timestamp, key, value and headers.
@@ -21,6 +22,7 @@ Exit code 0 only if every partition is identical.
 
 from __future__ import annotations
 
+import re
 import struct
 import sys
 import time
@@ -34,50 +36,6 @@ TOPIC = "orders"
 PARTITIONS = 3
 VALUE_SIZE = 100
 RECORD_BYTES = 150  # about what one record takes in a batch (key, value, header, overhead)
-
-
-# ---- a small progress bar ----------------------------------------------------------------------
-
-
-class Progress:
-    """A one-line progress bar on a TTY; a line every few seconds otherwise (logs, CI)."""
-
-    def __init__(self, label: str, stream=None, width: int = 28) -> None:
-        self.label = label
-        self.stream = sys.stderr if stream is None else stream
-        self.width = width
-        try:
-            self.tty = self.stream.isatty()
-        except (AttributeError, ValueError):
-            self.tty = False
-        self.interval = 0.1 if self.tty else 2.0
-        self.start = time.perf_counter()
-        self.last = -1e9
-        self.shown = False
-
-    def update(self, fraction: float, read: int, written: int, *, final: bool = False) -> None:
-        now = time.perf_counter()
-        if not final and now - self.last < self.interval:
-            return
-        self.last = now
-        fraction = min(max(fraction, 0.0), 1.0)
-        elapsed = now - self.start
-        rate = written / elapsed if elapsed > 0 else 0.0
-        text = (f"{fraction * 100:5.1f}%  {read:,} read  {written:,} written  "
-                f"{rate:,.0f} records/s")
-        if self.tty:
-            filled = int(round(fraction * self.width))
-            bar = "#" * filled + "-" * (self.width - filled)
-            self.stream.write(f"\r{self.label} [{bar}] {text}\x1b[K")
-            if final:
-                self.stream.write("\n")
-        else:
-            self.stream.write(f"{self.label}: {text}\n")
-        self.stream.flush()
-        self.shown = True
-
-    def close(self, records: int) -> None:
-        self.update(1.0, records, records, final=True)
 
 
 # ---- what a consumer saw of one partition -----------------------------------------------------
@@ -317,66 +275,24 @@ def _compact_and_trim(source, written: int) -> tuple[int, dict[int, int], float]
 # ---- the copy ----------------------------------------------------------------------------------
 
 
-def _copy(source, target) -> tuple[int, float, TopicSummary]:
-    """librdkafka consumer -> kipproducer produce_arrays(offsets=...): offsets kept."""
-    from confluent_kafka import TopicPartition
+def _copy(source, target) -> tuple[int, float, int]:
+    """``kip mirror --mode preserve``'s code (kipproducer.mirror): a librdkafka consumer reads
+    the source, ``produce_arrays(..., offsets=...)`` writes the target, every record at its
+    source offset; the mirror moves the target's log starts to the source's."""
     from confluent_kafka.admin import NewTopic
 
-    from .producer import Producer
+    from .mirror import Mirror
 
     admin = _admin(target)
-    # Same policy; the default segment size keeps everything in the active segment, which the
-    # cleaner never touches, so the target holds exactly what was copied.
+    # Same policy, the default segment size: everything stays in the active segment, which
+    # the cleaner never touches, so the target holds exactly what was copied (the mirror
+    # takes an existing target topic as it is).
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1, config={
         "cleanup.policy": "compact"})])[TOPIC].result(30)
-    producer = Producer({"bootstrap.servers": target.bootstrap_servers,
-                         "enable.idempotence": True, "acks": "all", "linger.ms": 5})
-    delivered = [0]
-    failed: list = []
-
-    def on_delivery(err, report) -> None:
-        if err is None:
-            delivered[0] += report.count
-        else:
-            failed.append(err)
-
-    progress = Progress("copy")
-    read = [0]
-
-    def write(messages, fraction: float) -> None:
-        by_partition: dict[int, list] = {}
-        for msg in messages:
-            by_partition.setdefault(msg.partition(), []).append(msg)
-        for p, msgs in by_partition.items():
-            producer.produce_arrays(
-                TOPIC, [m.value() for m in msgs], keys=[m.key() for m in msgs],
-                headers=[m.headers() for m in msgs],
-                timestamps=np.fromiter((m.timestamp()[1] for m in msgs), np.int64, len(msgs)),
-                partition=p, offsets=np.fromiter((m.offset() for m in msgs), np.int64,
-                                                 len(msgs)),
-                on_delivery=on_delivery)
-        producer.poll(0)
-        read[0] += len(messages)
-        # The bar follows what the target acknowledged, not just what was read.
-        progress.update(fraction * delivered[0] / read[0], read[0], delivered[0])
-
     t0 = time.perf_counter()
-    summary = read_topic(source.bootstrap_servers, TOPIC, PARTITIONS, on_messages=write)
-    deadline = time.monotonic() + 60
-    while (left := producer.flush(0.1)) and time.monotonic() < deadline:
-        progress.update(delivered[0] / max(read[0], 1), read[0], delivered[0])
-    elapsed = time.perf_counter() - t0
-    progress.close(delivered[0])
-    producer.close()
-    copied = sum(s.records for s in summary.partitions.values())
-    if left or failed or delivered[0] != copied:
-        raise RuntimeError(f"copy failed: {left} left, {delivered[0]} of {copied} delivered, "
-                           f"errors {failed[:3]}")
-    # The log start goes along: below it the source has nothing, and neither should the target.
-    wanted = [TopicPartition(TOPIC, p, s.low) for p, s in summary.partitions.items()]
-    for future in admin.delete_records(wanted).values():
-        future.result(30)
-    return copied, elapsed, summary
+    snapshot = Mirror(source.bootstrap_servers, target.bootstrap_servers, re.escape(TOPIC),
+                      mode="preserve").run(once=True)
+    return snapshot["records"], time.perf_counter() - t0, snapshot["bytes"]
 
 
 # ---- the report --------------------------------------------------------------------------------
@@ -426,13 +342,13 @@ def run(records: int = 200_000) -> int:
         print(f"2. holes   the broker's log cleaner removed {removed:,} superseded records and "
               f"DeleteRecords moved the log starts to {moved} ({took:.2f} s)", flush=True)
 
-        print("3. copy    librdkafka consumer (source) -> Producer.produce_arrays("
-              "offsets=...) (target), keys, values, headers, timestamps kept", flush=True)
-        copied, elapsed, summary = _copy(source, target)
-        size = sum(s.size for s in summary.partitions.values())
+        print("3. copy    kip mirror --mode preserve: librdkafka consumer (source) -> "
+              "Producer.produce_arrays(offsets=...) (target), keys, values, headers, "
+              "timestamps kept", flush=True)
+        copied, elapsed, size = _copy(source, target)
         print(f"   copied {copied:,} records in {elapsed:.2f} s: {copied / elapsed:,.0f} "
               f"records/s, {size / elapsed / 1e6:.1f} MB/s of keys and values (acks=all, "
-              "idempotent); the target's log starts set to the source's with DeleteRecords",
+              "idempotent); the mirror set the target's log starts to the source's (DeleteRecords)",
               flush=True)
 
         print("4. verify  a fresh librdkafka consumer reads both topics to their end\n")

@@ -1,0 +1,198 @@
+"""The mirror's loop: a librdkafka consumer reads the source, a writer of the chosen mode writes
+the target (writers.py), the topic map follows the source's topics (topics.py).
+
+One thread does everything (consume, write, serve delivery reports, commit), so a stop
+(``stop()``, SIGINT/SIGTERM in ``kip mirror``) takes effect between two rounds: after the
+current batch (preserve) or transaction (transactional) is finished.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from .metrics import Metrics
+from .topics import MirrorError, TopicMap, TopicPair
+from .writers import PreserveWriter, TransactionalWriter, Writer
+
+log = logging.getLogger("kipproducer.mirror")
+
+MODES = ("preserve", "transactional")
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+#: Records one consume() call takes at the most.
+CONSUME_BATCH = 10_000
+
+
+class Mirror:
+    """Copies the source topics matching ``topics`` to the target cluster.
+
+    ``mode="preserve"`` (KIP-391): every record at its source offset; resumes from the target's
+    log ends. ``mode="transactional"`` (KIP-656): records and the source offsets committed in
+    one target transaction, the offsets in the target group ``group``; resumes from them.
+    See docs/mirror.md.
+    """
+
+    def __init__(self, source: str, target: str, topics: str, *, mode: str = "preserve",
+                 group: str | None = None, source_config: Mapping[str, Any] | None = None,
+                 target_config: Mapping[str, Any] | None = None,
+                 isolation: str = "read_committed", rename: str = "{topic}",
+                 metrics_json: str | None = None, progress: bool = True,
+                 commit_interval_ms: int = 1000, group_sync_interval_ms: int = 10_000,
+                 metadata_interval_ms: int = 5000, transactional_id: str | None = None,
+                 timeout: float = 30.0) -> None:
+        if mode not in MODES:
+            raise MirrorError(f"mode {mode!r}: one of {', '.join(MODES)}")
+        if isolation not in ISOLATION_LEVELS:
+            raise MirrorError(f"isolation {isolation!r}: one of {', '.join(ISOLATION_LEVELS)}")
+        if mode == "transactional" and not group:
+            raise MirrorError("the transactional mode needs --group: the target group that "
+                              "holds the source offsets committed with the data")
+        self.mode = mode
+        self.group = group
+        self.isolation = isolation
+        self.timeout = timeout
+        self.source_config = {"bootstrap.servers": source, **(source_config or {})}
+        self.target_config = {"bootstrap.servers": target, **(target_config or {})}
+        self.commit_interval_s = commit_interval_ms / 1000
+        self.group_sync_interval_s = group_sync_interval_ms / 1000
+        self.metadata_interval_s = metadata_interval_ms / 1000
+        self.transactional_id = transactional_id or (f"kip-mirror-{group}" if group else None)
+        self.metrics = Metrics(mode, metrics_json, progress=progress)
+        self.topics = TopicMap(_client(self.source_config), _client(self.target_config),
+                               topics, rename, timeout)
+        self._stopping = False
+        self.consumer: Consumer | None = None
+        self.writer: Writer | None = None
+        # source (topic, partition) -> its pair, for the partitions being copied
+        self.assigned: dict[tuple[str, int], TopicPair] = {}
+        self.at_end: set[tuple[str, int]] = set()
+
+    def stop(self) -> None:
+        """Finish the current batch or transaction, then return from run() (signal-safe)."""
+        self._stopping = True
+
+    # ---- the loop -----------------------------------------------------------------------------
+
+    def run(self, *, once: bool = False) -> dict:
+        """Copy until stop() (or, with ``once``, until every partition is caught up with the
+        source). Returns the final metrics snapshot."""
+        try:
+            self._check_reachable()
+            return self._run(once)
+        finally:
+            self.close_probes()
+            self.topics.close()
+
+    def _run(self, once: bool) -> dict:
+        self.consumer = Consumer({
+            **self.source_config, "group.id": f"kip-mirror-reader-{id(self)}",
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest", "enable.partition.eof": True,
+            "isolation.level": self.isolation})
+        last_refresh = 0.0
+        try:
+            writer_class = PreserveWriter if self.mode == "preserve" else TransactionalWriter
+            self.writer = writer_class(self)
+            while not self._stopping:
+                if time.monotonic() - last_refresh >= self.metadata_interval_s:
+                    self._assign(self.topics.refresh())
+                    last_refresh = time.monotonic()
+                self._round()
+                self.metrics.tick()
+                if once and self.assigned and self.at_end >= set(self.assigned) \
+                        and self.writer.idle():
+                    break
+            self.writer.finish()
+        finally:
+            self.metrics.tick(final=True)
+            if self.writer is not None:
+                self.writer.close()
+            self.consumer.close()
+        return self.metrics.snapshot()
+
+    def _round(self) -> None:
+        by_partition: dict[tuple[str, int], list] = {}
+        for msg in self.consumer.consume(CONSUME_BATCH, 0.1):
+            key = (msg.topic(), msg.partition())
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self.at_end.add(key)
+                    continue
+                if error.fatal() or error.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                                     KafkaError.GROUP_AUTHORIZATION_FAILED):
+                    raise MirrorError(f"reading the source {key}: {error.str()}")
+                log.warning("source: %s", error.str())
+                continue
+            self.at_end.discard(key)
+            by_partition.setdefault(key, []).append(msg)
+        for key, messages in by_partition.items():
+            pair = self.assigned.get(key)
+            if pair is not None:
+                self.writer.write(pair, key[1], messages)
+        self.writer.maybe_commit()
+
+    def _assign(self, pairs: list[TopicPair]) -> None:
+        new = [(pair, p) for pair in pairs for p in range(pair.partitions)
+               if (pair.source, p) not in self.assigned]
+        if not new:
+            return
+        starts = self.writer.resume(new)
+        tps = []
+        for pair, p in new:
+            self.assigned[(pair.source, p)] = pair
+            m = self.metrics.partition(pair.source, pair.target, p)
+            start = starts[(pair.source, p)]
+            m.next_offset = start
+            tps.append(TopicPartition(pair.source, p, start))
+        log.info("copying %s", ", ".join(f"{tp.topic}[{tp.partition}] from {tp.offset}"
+                                          for tp in tps))
+        self.consumer.incremental_assign(tps)
+
+    def _check_reachable(self) -> None:
+        for side, admin in (("source", self.topics.source_admin),
+                            ("target", self.topics.target_admin)):
+            try:
+                admin.list_topics(timeout=min(self.timeout, 15))
+            except KafkaException as exc:
+                raise MirrorError(f"the {side} cluster "
+                                  f"({getattr(self, side + '_config')['bootstrap.servers']}) "
+                                  f"did not answer: {exc.args[0].str()}") from None
+
+    def watermarks(self, side: str, topic: str, partition: int) -> tuple[int, int]:
+        """(low, high) of a partition on ``side`` ('source' or 'target'), asked now."""
+        consumer = self._probe(side)
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                  timeout=self.timeout, cached=False)
+        except KafkaException as exc:
+            raise MirrorError(f"watermarks of {side} {topic}[{partition}]: "
+                              f"{exc.args[0].str()}") from None
+
+    def _probe(self, side: str) -> Consumer:
+        attr = f"_{side}_probe"
+        consumer = getattr(self, attr, None)
+        if consumer is None:
+            config = self.source_config if side == "source" else self.target_config
+            consumer = Consumer({**config, "group.id": f"kip-mirror-probe-{id(self)}",
+                                 "enable.auto.commit": False})
+            setattr(self, attr, consumer)
+        return consumer
+
+    def close_probes(self) -> None:
+        for side in ("source", "target"):
+            consumer = getattr(self, f"_{side}_probe", None)
+            if consumer is not None:
+                consumer.close()
+                setattr(self, f"_{side}_probe", None)
+
+
+def _client(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What an admin client takes of a consumer's or producer's config."""
+    keep = ("bootstrap.servers", "security.protocol", "client.id", "socket.", "sasl.", "ssl.",
+            "broker.address.family", "reconnect.")
+    return {k: v for k, v in config.items() if k.startswith(keep)}

@@ -1,0 +1,406 @@
+"""The two ways a mirror writes the target.
+
+- PreserveWriter (KIP-391): ``produce_arrays(..., offsets=...)``, every record at its source
+  offset, idempotent; the resume point is the target partition's log end, so nothing is kept
+  anywhere else. Consumer group offsets are copied 1:1 on an interval and at the end (the same
+  numbers are valid on the target), never past what the target holds.
+- TransactionalWriter (KIP-656): records go into a target transaction with the source offsets
+  (``send_offsets_to_transaction`` into the target group ``--group``, keyed by the target
+  topic and partition); the resume point is that group's committed offsets. Any error aborts
+  the whole transaction and the source is read again from the committed offsets: never a
+  partial commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from ..engine.group_metadata import GroupMetadata
+from ..producer import Producer
+from .topics import MirrorError, TopicPair
+
+if TYPE_CHECKING:
+    from .core import Mirror
+
+log = logging.getLogger("kipproducer.mirror")
+
+#: Records in one target transaction at the most (a commit also happens every
+#: commit_interval_ms).
+MAX_TRANSACTION_RECORDS = 200_000
+
+
+def _columns(messages: list) -> tuple[list, list, list, np.ndarray, int]:
+    values = [m.value() for m in messages]
+    keys = [m.key() for m in messages]
+    headers = [m.headers() for m in messages]
+    timestamps = np.fromiter((max(m.timestamp()[1], 0) for m in messages), np.int64,
+                             len(messages))
+    size = sum(len(v) for v in values if v) + sum(len(k) for k in keys if k)
+    return values, keys, headers, timestamps, size
+
+
+class Writer:
+    def __init__(self, mirror: Mirror) -> None:
+        self.mirror = mirror
+        self.metrics = mirror.metrics
+
+    def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
+        raise NotImplementedError
+
+    def write(self, pair: TopicPair, partition: int, messages: list) -> None:
+        raise NotImplementedError
+
+    def maybe_commit(self) -> None:
+        raise NotImplementedError
+
+    def idle(self) -> bool:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def _high_watermarks(self, every_s: float = 1.0) -> None:
+        """The source's high watermarks as the source consumer last saw them (for lag)."""
+        now = time.monotonic()
+        if now - getattr(self, "_marks_read", 0.0) < every_s:
+            return
+        self._marks_read = now
+        consumer = self.mirror.consumer
+        for (topic, partition), pair in self.mirror.assigned.items():
+            try:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                         cached=True)
+            except KafkaException:
+                continue
+            if high is not None and high >= 0:
+                self.metrics.partition(topic, pair.target, partition).high_watermark = high
+
+
+class PreserveWriter(Writer):
+    def __init__(self, mirror: Mirror) -> None:
+        super().__init__(mirror)
+        self.producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                                  **mirror.target_config})
+        self.errors: list[str] = []
+        # (source topic, partition) -> chunks written and not acknowledged yet:
+        # [next offset after the chunk, records, bytes, last timestamp]
+        self.pending: dict[tuple[str, int], deque] = {}
+        self.acked: dict[tuple[str, int], int] = {}  # next offset the target holds
+        self.last_sync = time.monotonic()
+
+    def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
+        """The target's log end: every offset below it is there (KIP-391 writes in order)."""
+        starts = {}
+        for pair, p in new:
+            _, target_end = self.mirror.watermarks("target", pair.target, p)
+            source_low, source_end = self.mirror.watermarks("source", pair.source, p)
+            if target_end > source_end:
+                raise MirrorError(
+                    f"target {pair.target}[{p}] ends at offset {target_end}, beyond the "
+                    f"source {pair.source}[{p}] (ends at {source_end}): it holds records the "
+                    "source does not have, so it is not a copy of this source; the preserve "
+                    "mode never writes below a target's log end. Delete or rename the target "
+                    "topic (--rename)")
+            starts[(pair.source, p)] = max(target_end, source_low)
+            self.acked[(pair.source, p)] = target_end
+        return starts
+
+    def write(self, pair: TopicPair, partition: int, messages: list) -> None:
+        key = (pair.source, partition)
+        values, keys, headers, timestamps, size = _columns(messages)
+        offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+        next_offset = int(offsets[-1]) + 1
+        self.pending.setdefault(key, deque()).append(
+            [next_offset, len(messages), size, int(timestamps[-1])])
+        m = self.metrics.partition(pair.source, pair.target, partition)
+
+        def delivered(err: KafkaError | None, report: Any, _key=key, _m=m) -> None:
+            if err is not None:
+                self._failed(pair, partition, err)
+                return
+            end = report.offset() + report.count
+            chunks = self.pending[_key]
+            while chunks and chunks[0][0] <= end:
+                nxt, records, nbytes, ts = chunks.popleft()
+                self.metrics.copied(_m, records, nbytes, ts, nxt)
+            self.acked[_key] = max(self.acked.get(_key, 0), end)
+
+        self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
+                                     timestamps=timestamps, partition=partition,
+                                     offsets=offsets, on_delivery=delivered)
+
+    def _failed(self, pair: TopicPair, partition: int, err: KafkaError) -> None:
+        where = f"{pair.target}[{partition}]"
+        if err.code() == 10391 or "INVALID_PRODUCE_OFFSET" in err.str():
+            log_end = getattr(err, "log_end_offset", None)
+            self.errors.append(
+                f"the target {where} refused records below its log end"
+                + (f" ({log_end})" if log_end is not None else "")
+                + ": another writer wrote to it while the mirror ran; stop that writer "
+                "(a preserve mirror must be the target's only writer)")
+        else:
+            self.errors.append(f"writing {where}: {err.str()}")
+
+    def maybe_commit(self) -> None:
+        self.producer.poll(0)
+        if self.errors:
+            raise MirrorError(self.errors[0])
+        self._high_watermarks()
+        if time.monotonic() - self.last_sync >= self.mirror.group_sync_interval_s:
+            self.sync_log_starts()
+            self.sync_group_offsets()
+
+    def idle(self) -> bool:
+        return not any(self.pending.values())
+
+    def finish(self) -> None:
+        left = self.producer.flush(self.mirror.timeout)
+        if self.errors:
+            raise MirrorError(self.errors[0])
+        if left:
+            raise MirrorError(f"{left} records not acknowledged by the target within "
+                              f"{self.mirror.timeout:.0f} s; run again to resume")
+        self._high_watermarks(0)
+        self.sync_log_starts()
+        self.sync_group_offsets()
+
+    def close(self) -> None:
+        self.producer.close()
+
+    # ---- log starts and consumer group offsets, copied 1:1 --------------------------------
+
+    def sync_log_starts(self) -> None:
+        """A source log start moved up (retention, DeleteRecords): the target's too, once the
+        target holds that offset, so both answer the same earliest offset."""
+        moves = []
+        for (topic, p), pair in self.mirror.assigned.items():
+            source_low, _ = self.mirror.watermarks("source", topic, p)
+            target_low, _ = self.mirror.watermarks("target", pair.target, p)
+            if target_low < source_low <= self.acked.get((topic, p), 0):
+                moves.append(TopicPartition(pair.target, p, source_low))
+        if not moves:
+            return
+        futures = self.mirror.topics.target_admin.delete_records(
+            moves, request_timeout=self.mirror.timeout)
+        for tp, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                log.warning("log start of target %s[%d] not moved to %d: %s", tp.topic,
+                            tp.partition, tp.offset, exc.args[0].str())
+
+
+    def sync_group_offsets(self) -> None:
+        """Every source group's committed offsets of the mirrored topics, to the same group on
+        the target, capped at what the target holds (a consumer that fails over resumes at
+        the same records, and never past the copy)."""
+        self.last_sync = time.monotonic()
+        source_admin = self.mirror.topics.source_admin
+        target_admin = self.mirror.topics.target_admin
+        try:
+            listed = source_admin.list_consumer_groups(
+                request_timeout=self.mirror.timeout).result()
+        except KafkaException as exc:
+            log.warning("source groups not listed: %s", exc.args[0].str())
+            return
+        pairs = {pair.source: pair for pair in self.mirror.topics.pairs.values()}
+        for group in listed.valid:
+            name = group.group_id
+            if name.startswith("kip-mirror-"):
+                continue
+            try:
+                request = [ConsumerGroupTopicPartitions(name)]
+                result = source_admin.list_consumer_group_offsets(request)[name].result()
+            except KafkaException as exc:
+                log.info("offsets of source group %s not read: %s", name, exc.args[0].str())
+                continue
+            offsets = []
+            for tp in result.topic_partitions or []:
+                pair = pairs.get(tp.topic)
+                if pair is None or tp.offset < 0 or tp.error is not None:
+                    continue
+                held = self.acked.get((tp.topic, tp.partition), 0)
+                offsets.append(TopicPartition(pair.target, tp.partition,
+                                              min(tp.offset, held), metadata=tp.metadata))
+            if not offsets:
+                continue
+            try:
+                target_admin.alter_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(name, offsets)])[name].result()
+            except KafkaException as exc:
+                # Kafka refuses while the group has members on the target (it is in use
+                # there: the target's own commits win).
+                log.info("offsets of group %s not copied to the target: %s", name,
+                         exc.args[0].str())
+
+
+class TransactionalWriter(Writer):
+    def __init__(self, mirror: Mirror) -> None:
+        super().__init__(mirror)
+        self.group = mirror.group
+        self.producer = Producer({"linger.ms": 5, **mirror.target_config,
+                                  "transactional.id": mirror.transactional_id})
+        try:
+            # Fences an earlier instance with the same transactional.id and aborts its open
+            # transaction: the target's last stable offsets move on at once.
+            self.producer.init_transactions(mirror.timeout)
+        except KafkaException as exc:
+            raise MirrorError(f"the target refused the transactional producer "
+                              f"{mirror.transactional_id!r}: {exc.args[0].str()}") from None
+        self.in_transaction = False
+        self.began = 0.0
+        self.records = 0
+        # source (topic, partition) -> the next offset after what this transaction holds
+        self.next: dict[tuple[str, int], int] = {}
+        # ... and what the last commit left committed
+        self.committed: dict[tuple[str, int], int] = {}
+        self.chunks: dict[tuple[str, int], list] = {}
+        self.failed: list[KafkaError] = []
+        self.aborted = False  # the last transaction was aborted (its records are read again)
+
+    def _group_consumer(self, side: str) -> Consumer:
+        config = self.mirror.source_config if side == "source" else self.mirror.target_config
+        return Consumer({**config, "group.id": self.group, "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+
+    def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
+        """The target group's offsets (require_stable: a pending transaction is waited out);
+        where they are missing or behind the source's group of the same id, the source
+        group's offsets, copied to the target group first (a one-time sync)."""
+        target = self._group_consumer("target")
+        source = self._group_consumer("source")
+        try:
+            there = target.committed([TopicPartition(pair.target, p) for pair, p in new],
+                                     timeout=self.mirror.timeout)
+            here = source.committed([TopicPartition(pair.source, p) for pair, p in new],
+                                    timeout=self.mirror.timeout)
+            starts = {}
+            synced = []
+            for (pair, p), t, s in zip(new, there, here, strict=True):
+                if t.error is not None:
+                    raise MirrorError(f"offsets of group {self.group!r} on the target: "
+                                      f"{t.error.str()}")
+                start = t.offset if t.offset >= 0 else -1
+                if s.error is None and s.offset > start:
+                    start = s.offset
+                    synced.append(TopicPartition(pair.target, p, start))
+                if start < 0:
+                    start = self.mirror.watermarks("source", pair.source, p)[0]
+                starts[(pair.source, p)] = start
+                self.committed[(pair.source, p)] = start
+            if synced:
+                log.info("group %s: source offsets copied to the target first: %s",
+                         self.group, synced)
+                target.commit(offsets=synced, asynchronous=False)
+            return starts
+        except KafkaException as exc:
+            raise MirrorError(f"offsets of group {self.group!r}: {exc.args[0].str()}") from None
+        finally:
+            target.close()
+            source.close()
+
+    def write(self, pair: TopicPair, partition: int, messages: list) -> None:
+        key = (pair.source, partition)
+        if not self.in_transaction:
+            self.producer.begin_transaction()
+            self.in_transaction = True
+            self.began = time.monotonic()
+        values, keys, headers, timestamps, size = _columns(messages)
+        self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
+                                     timestamps=timestamps, partition=partition,
+                                     on_delivery=self._delivered)
+        self.next[key] = messages[-1].offset() + 1
+        self.records += len(messages)
+        self.chunks.setdefault(key, []).append((len(messages), size, int(timestamps[-1])))
+
+    def _delivered(self, err: KafkaError | None, report: Any) -> None:
+        if err is not None:
+            self.failed.append(err)
+
+    def maybe_commit(self, force: bool = False) -> None:
+        self.producer.poll(0)
+        if not self.in_transaction:
+            return
+        if not force and self.records < MAX_TRANSACTION_RECORDS and \
+                time.monotonic() - self.began < self.mirror.commit_interval_s:
+            return
+        pairs = self.mirror.assigned
+        offsets = [TopicPartition(pairs[key].target, key[1], nxt)
+                   for key, nxt in sorted(self.next.items())]
+        try:
+            if self.failed:
+                raise KafkaException(self.failed[0])
+            self.producer.send_offsets_to_transaction(offsets, GroupMetadata(self.group),
+                                                      self.mirror.timeout)
+            self.producer.commit_transaction(self.mirror.timeout)
+        except KafkaException as exc:
+            self._abort(exc.args[0])
+            return
+        for key, nxt in self.next.items():
+            self.committed[key] = nxt
+            m = self.metrics.partition(key[0], pairs[key].target, key[1])
+            for records, size, ts in self.chunks.get(key, ()):
+                self.metrics.copied(m, records, size, ts, nxt)
+        self.metrics.transactions += 1
+        self.aborted = False
+        self._high_watermarks(0)
+        self._reset()
+
+    def _abort(self, error: KafkaError) -> None:
+        """The whole transaction again: abort, and read the source again from the offsets
+        committed last (never a partial commit)."""
+        if error.fatal():
+            raise MirrorError(f"the target transaction failed for good: {error.str()} (a "
+                              "second mirror with the same transactional id fenced this one?)")
+        log.warning("transaction aborted (%s); copying its records again", error.str())
+        self.aborted = True
+        try:
+            self.producer.abort_transaction(self.mirror.timeout)
+        except KafkaException as exc:
+            if exc.args[0].fatal():
+                raise MirrorError(f"the target transaction could not be aborted: "
+                                  f"{exc.args[0].str()}") from None
+            raise
+        for key in self.next:
+            self.mirror.consumer.seek(TopicPartition(key[0], key[1], self.committed[key]))
+            self.mirror.at_end.discard(key)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.in_transaction = False
+        self.records = 0
+        self.next.clear()
+        self.chunks.clear()
+        self.failed.clear()
+
+    def idle(self) -> bool:
+        return not self.in_transaction
+
+    def finish(self) -> None:
+        self.maybe_commit(force=True)
+        if self.aborted:  # nothing half-done: its records are copied by the next run
+            raise MirrorError("the last transaction could not be committed and was aborted; "
+                              "run again to resume from the committed offsets")
+
+    def close(self) -> None:
+        if self.in_transaction:
+            try:
+                self.producer.abort_transaction(5)
+            except KafkaException:
+                pass
+        self.producer.close()
