@@ -8,10 +8,12 @@ connection.
 
 from __future__ import annotations
 
+import argparse
 import re
 import socket
 import struct
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kipproducer.broker.security.errors import AuthenticationFailed, SecurityError
@@ -51,6 +53,30 @@ def read_client_properties(path: str) -> dict[str, str]:
             if found:
                 props.setdefault(f"sasl.{key}", found.group(1))
     return props
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """--bootstrap-server and --command-config, as Kafka's own tools take them."""
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    parser.add_argument("--command-config", metavar="FILE",
+                        help="client properties: security.protocol, sasl.mechanism, "
+                             "sasl.username, sasl.password")
+
+
+def run_tool(tool: str, client_class: type[BlockingClient], args: argparse.Namespace,
+             action: Callable[[BlockingClient, dict[str, str]], int]) -> int:
+    """Connect as ``args`` say and run ``action(client, client properties)``; a failure is
+    one line on stderr naming the tool (exit code 1), not a traceback."""
+    try:
+        config = read_client_properties(args.command_config) if args.command_config else {}
+        with client_class(args.bootstrap_server, config) as client:
+            return action(client, config)
+    except (RequestFailed, OSError, ValueError, ConnectionError) as exc:
+        print(f"{tool}: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # e.g. SecurityError from SASL
+        print(f"{tool}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
 
 
 class BlockingClient:

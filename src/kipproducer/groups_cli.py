@@ -19,7 +19,7 @@ import struct
 import sys
 from typing import Any
 
-from .blocking_client import BlockingClient, RequestFailed, read_client_properties
+from .blocking_client import BlockingClient, RequestFailed, add_connection_arguments, run_tool
 from .producer_group import DELETED, POSITIONS_TOPIC_PREFIX
 from .protocol import error_codes as ec
 
@@ -156,31 +156,22 @@ def _list(client: GroupsClient, args: argparse.Namespace) -> int:
 
 
 def cmd_groups(args: argparse.Namespace) -> int:
-    try:
-        config = read_client_properties(args.command_config) if args.command_config else {}
-        with GroupsClient(args.bootstrap_server, config) as client:
-            if args.action is _describe:
-                coordinator = _coordinator(client, args.group, config)
-                try:
-                    return args.action(coordinator, args)
-                finally:
-                    if coordinator is not client:
-                        coordinator.close()
+    def action(client: GroupsClient, config: dict[str, str]) -> int:
+        if args.action is not _describe:
             return args.action(client, args)
-    except (RequestFailed, OSError, ValueError, ConnectionError) as exc:
-        print(f"kip groups: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # e.g. SecurityError from SASL: one line, not a traceback
-        print(f"kip groups: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        coordinator = _coordinator(client, args.group, config)
+        try:
+            return args.action(coordinator, args)
+        finally:
+            if coordinator is not client:
+                coordinator.close()
+
+    return run_tool("kip groups", GroupsClient, args, action)
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("groups", help="list and describe consumer and producer groups")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="client properties: security.protocol, sasl.mechanism, "
-                             "sasl.username, sasl.password")
+    add_connection_arguments(parser)
     actions = parser.add_subparsers(dest="groups_command", required=True)
     actions.add_parser("list", help="every group with its state").set_defaults(action=_list)
     describe_parser = actions.add_parser(

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .blocking_client import BlockingClient, RequestFailed, read_client_properties
+from .blocking_client import BlockingClient, RequestFailed, add_connection_arguments, run_tool
 from .protocol import error_codes as ec
 
 METADATA, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = 3, 27, 61
@@ -192,25 +192,14 @@ def _abort(client: TransactionsClient, args: argparse.Namespace) -> int:
 
 
 def cmd_transactions(args: argparse.Namespace) -> int:
-    try:
-        config = read_client_properties(args.command_config) if args.command_config else {}
-        with TransactionsClient(args.bootstrap_server, config) as client:
-            return args.action(client, args)
-    except (RequestFailed, OSError, ValueError, ConnectionError) as exc:
-        print(f"kip transactions: {exc}", file=sys.stderr)
-        return 1
-    except Exception as exc:  # e.g. SecurityError from SASL: one line, not a traceback
-        print(f"kip transactions: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+    return run_tool("kip transactions", TransactionsClient, args,
+                    lambda client, _config: args.action(client, args))
 
 
 def add_parser(sub: Any) -> None:
     parser = sub.add_parser("transactions", help="list, describe and abort transactions on a "
                                                  "running broker (like kafka-transactions.sh)")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
-    parser.add_argument("--command-config", metavar="FILE",
-                        help="client properties: security.protocol, sasl.mechanism, "
-                             "sasl.username, sasl.password")
+    add_connection_arguments(parser)
     actions = parser.add_subparsers(dest="transactions_command", required=True)
     actions.add_parser("list", help="every transactional id with its state"
                        ).set_defaults(action=_list)

@@ -192,10 +192,20 @@ def test_target_with_unrelated_data_is_refused(source, target, topics):
     create(target, name, PARTITIONS)
     fill(target, name, 300)
     before = read(target.bootstrap_servers, name, PARTITIONS, "read_uncommitted")
-    with pytest.raises(MirrorError, match="not a copy of this source"):
+    with pytest.raises(MirrorError, match="is not a copy of the source .* beyond the "
+                                          "source's last record"):
         Mirror(source.bootstrap_servers, target.bootstrap_servers, name,
                progress=False).run(once=True)
     assert read(target.bootstrap_servers, name, PARTITIONS, "read_uncommitted") == before
+    # Shorter than the source, but other records: refused too.
+    other = unique("other")
+    create(source, other, PARTITIONS)
+    fill(source, other, 90)
+    create(target, other, PARTITIONS)
+    fill(target, other, 30, start=500)
+    with pytest.raises(MirrorError, match="record at offset 9 differs"):
+        Mirror(source.bootstrap_servers, target.bootstrap_servers, other,
+               progress=False).run(once=True)
 
 
 def test_target_with_more_partitions_is_refused(source, target):

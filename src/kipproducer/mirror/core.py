@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from .metrics import Metrics
-from .topics import MirrorError, TopicMap, TopicPair
+from .topics import OUT_OF_RANGE, MirrorError, TopicMap, TopicPair
 from .writers import PreserveWriter, TransactionalWriter, Writer
 
 log = logging.getLogger("kipproducer.mirror")
@@ -89,6 +89,9 @@ class Mirror:
 
     def _run(self, once: bool) -> dict:
         self.consumer = Consumer({
+            # Throughput first (a copy reads everything); --source-config overrides these.
+            "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20,
+            "queued.max.messages.kbytes": 256 << 10, "fetch.queue.backoff.ms": 0,
             **self.source_config, "group.id": f"kip-mirror-reader-{id(self)}",
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest", "enable.partition.eof": True,
@@ -117,9 +120,9 @@ class Mirror:
     def _round(self) -> None:
         by_partition: dict[tuple[str, int], list] = {}
         for msg in self.consumer.consume(CONSUME_BATCH, 0.1):
-            key = (msg.topic(), msg.partition())
             error = msg.error()
             if error is not None:
+                key = (msg.topic(), msg.partition())
                 if error.code() == KafkaError._PARTITION_EOF:
                     self.at_end.add(key)
                     continue
@@ -128,8 +131,14 @@ class Mirror:
                     raise MirrorError(f"reading the source {key}: {error.str()}")
                 log.warning("source: %s", error.str())
                 continue
-            self.at_end.discard(key)
-            by_partition.setdefault(key, []).append(msg)
+            key = (msg.topic(), msg.partition())
+            found = by_partition.get(key)
+            if found is None:
+                by_partition[key] = [msg]
+            else:
+                found.append(msg)
+            if key in self.at_end:  # an end seen before this record is no end any more
+                self.at_end.discard(key)
         for key, messages in by_partition.items():
             pair = self.assigned.get(key)
             if pair is not None:
@@ -173,13 +182,42 @@ class Mirror:
             raise MirrorError(f"watermarks of {side} {topic}[{partition}]: "
                               f"{exc.args[0].str()}") from None
 
+    def record_at(self, side: str, topic: str, partition: int, offset: int) -> Any:
+        """The first record at or after ``offset`` on ``side`` (the source read as the mirror
+        reads it, the target read_uncommitted); None at the partition's end; OUT_OF_RANGE
+        when the offset is below the log start or above the log end."""
+        consumer = self._probe(side)
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        deadline = time.monotonic() + self.timeout
+        try:
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.1)
+                if msg is None:
+                    continue
+                error = msg.error()
+                if error is None:
+                    return msg
+                if error.code() == KafkaError._PARTITION_EOF:
+                    return None
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    return OUT_OF_RANGE
+                raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: "
+                                  f"{error.str()}")
+            raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: no answer "
+                              f"within {self.timeout:.0f} s")
+        finally:
+            consumer.unassign()
+
     def _probe(self, side: str) -> Consumer:
         attr = f"_{side}_probe"
         consumer = getattr(self, attr, None)
         if consumer is None:
             config = self.source_config if side == "source" else self.target_config
+            isolation = self.isolation if side == "source" else "read_uncommitted"
             consumer = Consumer({**config, "group.id": f"kip-mirror-probe-{id(self)}",
-                                 "enable.auto.commit": False})
+                                 "enable.auto.commit": False, "enable.partition.eof": True,
+                                 "auto.offset.reset": "error",
+                                 "isolation.level": isolation})
             setattr(self, attr, consumer)
         return consumer
 

@@ -29,7 +29,7 @@ from confluent_kafka import (
 
 from ..engine.group_metadata import GroupMetadata
 from ..producer import Producer
-from .topics import MirrorError, TopicPair
+from .topics import OUT_OF_RANGE, MirrorError, TopicPair
 
 if TYPE_CHECKING:
     from .core import Mirror
@@ -41,14 +41,27 @@ log = logging.getLogger("kipproducer.mirror")
 MAX_TRANSACTION_RECORDS = 200_000
 
 
-def _columns(messages: list) -> tuple[list, list, list, np.ndarray, int]:
-    values = [m.value() for m in messages]
-    keys = [m.key() for m in messages]
-    headers = [m.headers() for m in messages]
-    timestamps = np.fromiter((max(m.timestamp()[1], 0) for m in messages), np.int64,
-                             len(messages))
-    size = sum(len(v) for v in values if v) + sum(len(k) for k in keys if k)
-    return values, keys, headers, timestamps, size
+def _columns(messages: list) -> tuple[list, list, list, np.ndarray, np.ndarray, int]:
+    """values, keys, headers, timestamps, offsets and key + value bytes, in one pass."""
+    n = len(messages)
+    values: list = [None] * n
+    keys: list = [None] * n
+    headers: list = [None] * n
+    timestamps = np.empty(n, np.int64)
+    offsets = np.empty(n, np.int64)
+    size = 0
+    for i, m in enumerate(messages):
+        value, key = m.value(), m.key()
+        values[i], keys[i], headers[i] = value, key, m.headers()
+        timestamps[i] = m.timestamp()[1]
+        offsets[i] = m.offset()
+        size += (len(value) if value else 0) + (len(key) if key else 0)
+    np.maximum(timestamps, 0, out=timestamps)  # -1: no timestamp
+    return values, keys, headers, timestamps, offsets, size
+
+
+def _content(msg: Any) -> tuple:
+    return (msg.key(), msg.value(), tuple(msg.headers() or ()), msg.timestamp()[1])
 
 
 class Writer:
@@ -108,22 +121,46 @@ class PreserveWriter(Writer):
         starts = {}
         for pair, p in new:
             _, target_end = self.mirror.watermarks("target", pair.target, p)
-            source_low, source_end = self.mirror.watermarks("source", pair.source, p)
-            if target_end > source_end:
-                raise MirrorError(
-                    f"target {pair.target}[{p}] ends at offset {target_end}, beyond the "
-                    f"source {pair.source}[{p}] (ends at {source_end}): it holds records the "
-                    "source does not have, so it is not a copy of this source; the preserve "
-                    "mode never writes below a target's log end. Delete or rename the target "
-                    "topic (--rename)")
+            source_low, _ = self.mirror.watermarks("source", pair.source, p)
+            if target_end > 0:
+                self._check_copy(pair, p, target_end)
             starts[(pair.source, p)] = max(target_end, source_low)
             self.acked[(pair.source, p)] = target_end
         return starts
 
+    def _check_copy(self, pair: TopicPair, p: int, target_end: int) -> None:
+        """A target partition that already holds records must be a copy of the source: its
+        last record is the source's record at that offset. (The source's own end offset is
+        not asked: some brokers answer ListOffsets wrongly, Tansu among them.)"""
+        last = self.mirror.record_at("target", pair.target, p, target_end - 1)
+        if last is None or last == OUT_OF_RANGE:
+            return  # no record at the end (it was trimmed): nothing to compare
+        there = self.mirror.record_at("source", pair.source, p, last.offset())
+        refuse = None
+        if there == OUT_OF_RANGE:
+            if last.offset() >= self.mirror.watermarks("source", pair.source, p)[0]:
+                refuse = f"it ends at offset {target_end}, beyond the source's last record"
+            else:
+                log.warning("target %s[%d]: the source's log starts after offset %d now; "
+                            "the copy is not checked", pair.target, p, last.offset())
+        elif there is None:
+            refuse = f"it ends at offset {target_end}, beyond the source's last record"
+        elif there.offset() == last.offset() and _content(there) != _content(last):
+            refuse = (f"its record at offset {last.offset()} differs from the source's "
+                      "record there")
+        elif there.offset() != last.offset():
+            log.warning("target %s[%d]: the source no longer has offset %d (compacted or "
+                        "trimmed since it was copied); the copy is not checked", pair.target,
+                        p, last.offset())
+        if refuse:
+            raise MirrorError(
+                f"target {pair.target}[{p}] is not a copy of the source {pair.source}[{p}]: "
+                f"{refuse}. The preserve mode never writes below a target's log end; delete "
+                "the target topic or mirror to another name (--rename)")
+
     def write(self, pair: TopicPair, partition: int, messages: list) -> None:
         key = (pair.source, partition)
-        values, keys, headers, timestamps, size = _columns(messages)
-        offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+        values, keys, headers, timestamps, offsets, size = _columns(messages)
         next_offset = int(offsets[-1]) + 1
         self.pending.setdefault(key, deque()).append(
             [next_offset, len(messages), size, int(timestamps[-1])])
@@ -320,7 +357,7 @@ class TransactionalWriter(Writer):
             self.producer.begin_transaction()
             self.in_transaction = True
             self.began = time.monotonic()
-        values, keys, headers, timestamps, size = _columns(messages)
+        values, keys, headers, timestamps, _, size = _columns(messages)
         self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
                                      timestamps=timestamps, partition=partition,
                                      on_delivery=self._delivered)
