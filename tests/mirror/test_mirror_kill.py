@@ -89,7 +89,7 @@ def test_kill_minus_nine_ten_times(source, target, mode, tmp_path):
         for _ in range(KILLS):
             proc = subprocess.Popen(mirror_command(source, target, prefix, mode, group),
                                     stdout=log, stderr=subprocess.STDOUT, env=child_env())
-            time.sleep(rng.uniform(0.8, 3.0))
+            time.sleep(rng.uniform(0.7, 2.0))
             assert proc.poll() is None, (tmp_path / "mirror.log").read_text()[-3000:]
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)

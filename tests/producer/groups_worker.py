@@ -55,7 +55,7 @@ def main() -> int:
 
     def on_revoke(producer, gone):
         print(f"{name}: revoked {gone}, sent {sent}", flush=True)
-        if not stopping:
+        if sent and not stopping:  # (none before the first begin_transaction: subscribe())
             commit(producer)    # still owned during the call: what was sent goes with its positions
         for part in gone:
             positions.pop(part, None)
@@ -70,10 +70,11 @@ def main() -> int:
             sent.pop(part, None)
             positions.pop(part, None)
 
+    if txn:  # open before subscribe(): its callbacks may commit or abort
+        p.init_transactions()
+        p.begin_transaction()
     positions.update(p.subscribe(on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost))
     print(f"{name} started", flush=True)
-    if txn:
-        p.begin_transaction()
     while not os.path.exists(stop_file):
         generation = parse_group_metadata(p._group.group_metadata()).generation_id
         for part in sorted(positions):

@@ -216,7 +216,8 @@ class Mirror:
             isolation = self.isolation if side == "source" else "read_uncommitted"
             consumer = Consumer({**config, "group.id": f"kip-mirror-probe-{id(self)}",
                                  "enable.auto.commit": False, "enable.partition.eof": True,
-                                 "auto.offset.reset": "error",
+                                 "auto.offset.reset": "error", "fetch.wait.max.ms": 10,
+                                 "fetch.error.backoff.ms": 10,
                                  "isolation.level": isolation})
             setattr(self, attr, consumer)
         return consumer
