@@ -13,7 +13,7 @@ import re
 import socket
 import struct
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kipproducer.broker.security.errors import AuthenticationFailed, SecurityError
@@ -77,6 +77,17 @@ def run_tool(tool: str, client_class: type[BlockingClient], args: argparse.Names
     except Exception as exc:  # e.g. SecurityError from SASL
         print(f"{tool}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, sep: str = "  ",
+                none: str = "-") -> None:
+    """Columns padded to their widest cell, as Kafka's tools print them; ``none`` stands for
+    a None cell."""
+    cells = [[str(h) for h in header]]
+    cells += [[none if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    for row in cells:
+        print(sep.join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 class BlockingClient:

@@ -19,7 +19,13 @@ import struct
 import sys
 from typing import Any
 
-from .blocking_client import BlockingClient, RequestFailed, add_connection_arguments, run_tool
+from .blocking_client import (
+    BlockingClient,
+    RequestFailed,
+    add_connection_arguments,
+    print_table,
+    run_tool,
+)
 from .producer_group import DELETED, POSITIONS_TOPIC_PREFIX
 from .protocol import error_codes as ec
 
@@ -93,14 +99,6 @@ def _owner(members: list[dict], topic: str, partition: int) -> str:
     return "-"
 
 
-def _table(header: tuple, rows: list[tuple]) -> None:
-    rows = [tuple("-" if v is None else str(v) for v in r) for r in rows]
-    widths = [max(len(str(h)), *(len(r[i]) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(header)]
-    for row in (header, *rows):
-        print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-
-
 def _position_text(offset: int | None, metadata: str | None) -> str:
     """A producer group's position as its committed offset and metadata say it."""
     if offset is None:
@@ -124,7 +122,7 @@ def _describe(client: GroupsClient, args: argparse.Namespace) -> int:
     print(f"{kind} {d['group']}: state {d['state']}, protocol "
           f"{d['protocol_type'] or '-'}/{d['protocol'] or '-'}, {len(d['members'])} member(s)")
     print()
-    _table(("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"), [
+    print_table(("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"), [
         (m["member_id"], m["instance_id"], m["client_id"], m["host"],
          ",".join(f"{t}:{'+'.join(map(str, ps))}" for t, ps in sorted(m["assignment"].items()))
          or "-") for m in d["members"]])
@@ -139,9 +137,9 @@ def _describe(client: GroupsClient, args: argparse.Namespace) -> int:
             rows.append((p, _position_text(offset, metadata),
                          _owner(d["members"], positions_topic, p)))
         print(f"positions ({positions_topic}):")
-        _table(("SOURCE-PARTITION", "POSITION", "OWNER"), rows)
+        print_table(("SOURCE-PARTITION", "POSITION", "OWNER"), rows)
     else:
-        _table(("TOPIC", "PARTITION", "CURRENT-OFFSET", "METADATA", "OWNER"), [
+        print_table(("TOPIC", "PARTITION", "CURRENT-OFFSET", "METADATA", "OWNER"), [
             (t, p, o, (m or "").rstrip("\0") or None, _owner(d["members"], t, p))
             for (t, p), (o, m) in sorted(d["offsets"].items())])
     return 0
@@ -150,7 +148,7 @@ def _describe(client: GroupsClient, args: argparse.Namespace) -> int:
 def _list(client: GroupsClient, args: argparse.Namespace) -> int:
     answer = client.request(LIST_GROUPS, 4, states_filter=[])
     _check(int(answer.error_code), "ListGroups")
-    _table(("GROUP", "STATE", "PROTOCOL-TYPE"), sorted(
+    print_table(("GROUP", "STATE", "PROTOCOL-TYPE"), sorted(
         (g.group_id, g.group_state, g.protocol_type or "-") for g in answer.groups))
     return 0
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from .clients import OUT_OF_RANGE, connection_properties, first_records
 from .engine.config import ConfigError
 
 if TYPE_CHECKING:
@@ -69,11 +70,6 @@ MAX_POSITION_BYTES = 4096
 #: The committed offset of a deleted position; an offset > 0 points just past the position's
 #: record (docs/producer-groups.md, "Storage format").
 DELETED = 0
-# Connection properties the internal consumer and admin client share with the producer.
-_SHARED_PREFIXES = ("sasl.", "ssl.", "socket.", "reconnect.", "enable.ssl", "broker.address",
-                    "client.dns", "api.version", "enable.sasl")
-_SHARED = ("bootstrap.servers", "metadata.broker.list", "client.id", "security.protocol",
-           "logger", "error_cb", "log_level", "debug")
 # Commit errors that mean "ask again once the membership settles".
 _COMMIT_RETRY = (KafkaError._WAIT_COORD,
                  KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
@@ -133,11 +129,6 @@ def split_config(conf: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     if not settings["positions.topic"]:
         settings["positions.topic"] = POSITIONS_TOPIC_PREFIX + group_id
     return producer_conf, settings
-
-
-def _client_config(conf: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in conf.items()
-            if k in _SHARED or k.startswith(_SHARED_PREFIXES)}
 
 
 def check_position(partition: Any, position: Any, what: str) -> None:
@@ -218,7 +209,7 @@ class ProducerGroup:
     def _ensure_topic(self, timeout: float) -> None:
         from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-        admin = AdminClient(_client_config(self.conf))
+        admin = AdminClient(connection_properties(self.conf))
         # Created first, described after: a Metadata request for a missing topic may create
         # it with the broker's default partition count (auto-creation, Tansu does).
         future = admin.create_topics([NewTopic(
@@ -272,7 +263,7 @@ class ProducerGroup:
         s = self.settings
         session = s["session.timeout.ms"]
         heartbeat = s["heartbeat.interval.ms"] or max(100, min(3000, session // 10))
-        conf = {**_client_config(self.conf), "group.id": self.group_id,
+        conf = {**connection_properties(self.conf), "group.id": self.group_id,
                 "session.timeout.ms": session, "heartbeat.interval.ms": heartbeat,
                 "max.poll.interval.ms": s["max.alive.interval.ms"],
                 "partition.assignment.strategy": "cooperative-sticky",
@@ -423,32 +414,23 @@ class ProducerGroup:
         record at each offset or, if compaction removed it, the first one after it (a later
         position of the same partition whose data was flushed before it was written); none:
         None."""
-        reader = Consumer({**_client_config(self.conf), "group.id": self.group_id,
+        reader = Consumer({**connection_properties(self.conf), "group.id": self.group_id,
                            "enable.auto.commit": False, "isolation.level": "read_committed",
                            "enable.partition.eof": True, "auto.offset.reset": "earliest"})
-        try:  # assign(), never subscribe(): this consumer does not join the group
-            reader.assign([TopicPartition(self.topic, p, offset) for p, offset in at.items()])
-            out: dict[int, str | None] = {}
-            deadline = time.monotonic() + self.io_timeout_s
-            while len(out) < len(at):
-                if time.monotonic() > deadline:
-                    raise _error(KafkaError._TIMED_OUT, f"group {self.group_id!r}: the "
-                                 f"position records of source partitions "
-                                 f"{sorted(set(at) - set(out))} were not read within "
-                                 f"{self.io_timeout_s:.0f} s", retriable=True)
-                message = reader.poll(0.1)
-                if message is None or message.partition() in out:
-                    continue
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise _error(error.code(), f"group {self.group_id!r}: reading the position "
-                                 f"record of source partition {message.partition()}: "
-                                 f"{error.str()}")
-                value = None if error is not None else message.value()
-                out[message.partition()] = None if value is None else value.decode()
-            return out
+        try:
+            found = first_records(reader, self.topic, at, self.io_timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            raise _error(error.code(), f"group {self.group_id!r}: reading the position "
+                         f"records of source partitions {sorted(at)}: {error.str()}",
+                         retriable=error.retriable()) from None
         finally:
             reader.close()
+        positions: dict[int, str | None] = {}
+        for p, msg in found.items():
+            value = None if msg is None or msg is OUT_OF_RANGE else msg.value()
+            positions[p] = None if value is None else value.decode()
+        return positions
 
     # ---- committing ---------------------------------------------------------------------------
 

@@ -24,7 +24,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .blocking_client import BlockingClient, RequestFailed, add_connection_arguments, run_tool
+from .blocking_client import (
+    BlockingClient,
+    RequestFailed,
+    add_connection_arguments,
+    print_table,
+    run_tool,
+)
 from .protocol import error_codes as ec
 
 METADATA, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = 3, 27, 61
@@ -88,10 +94,8 @@ def _millis(value: Any) -> int:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    for row in cells:
-        print("\t".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    # kafka-transactions.sh's columns: tab-separated, None printed as None
+    print_table(header, rows, sep="\t", none="None")
 
 
 # -- subcommands ---------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from ..clients import connection_properties, first_records
 from .metrics import Metrics
-from .topics import OUT_OF_RANGE, MirrorError, TopicMap, TopicPair
+from .topics import MirrorError, TopicMap, TopicPair
 from .writers import PreserveWriter, TransactionalWriter, Writer
 
 log = logging.getLogger("kipproducer.mirror")
@@ -62,10 +63,12 @@ class Mirror:
         self.metadata_interval_s = metadata_interval_ms / 1000
         self.transactional_id = transactional_id or (f"kip-mirror-{group}" if group else None)
         self.metrics = Metrics(mode, metrics_json, progress=progress)
-        self.topics = TopicMap(_client(self.source_config), _client(self.target_config),
+        self.topics = TopicMap(connection_properties(self.source_config),
+                               connection_properties(self.target_config),
                                topics, rename, timeout)
         self._stopping = False
         self.consumer: Consumer | None = None
+        self._probes: dict[str, Consumer] = {}  # "source" / "target": see _probe()
         self.writer: Writer | None = None
         # source (topic, partition) -> its pair, for the partitions being copied
         self.assigned: dict[tuple[str, int], TopicPair] = {}
@@ -186,52 +189,28 @@ class Mirror:
         """The first record at or after ``offset`` on ``side`` (the source read as the mirror
         reads it, the target read_uncommitted); None at the partition's end; OUT_OF_RANGE
         when the offset is below the log start or above the log end."""
-        consumer = self._probe(side)
-        consumer.assign([TopicPartition(topic, partition, offset)])
-        deadline = time.monotonic() + self.timeout
         try:
-            while time.monotonic() < deadline:
-                msg = consumer.poll(0.1)
-                if msg is None:
-                    continue
-                error = msg.error()
-                if error is None:
-                    return msg
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return None
-                if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                    return OUT_OF_RANGE
-                raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: "
-                                  f"{error.str()}")
-            raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: no answer "
-                              f"within {self.timeout:.0f} s")
-        finally:
-            consumer.unassign()
+            return first_records(self._probe(side), topic, {partition: offset},
+                                 self.timeout)[partition]
+        except KafkaException as exc:
+            raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: "
+                              f"{exc.args[0].str()}") from None
 
     def _probe(self, side: str) -> Consumer:
-        attr = f"_{side}_probe"
-        consumer = getattr(self, attr, None)
+        """A consumer for looking at one side (watermarks, single records), kept for the run."""
+        consumer = self._probes.get(side)
         if consumer is None:
             config = self.source_config if side == "source" else self.target_config
             isolation = self.isolation if side == "source" else "read_uncommitted"
-            consumer = Consumer({**config, "group.id": f"kip-mirror-probe-{id(self)}",
-                                 "enable.auto.commit": False, "enable.partition.eof": True,
-                                 "auto.offset.reset": "error", "fetch.wait.max.ms": 10,
-                                 "fetch.error.backoff.ms": 10,
-                                 "isolation.level": isolation})
-            setattr(self, attr, consumer)
+            consumer = self._probes[side] = Consumer({
+                **config, "group.id": f"kip-mirror-probe-{id(self)}",
+                "enable.auto.commit": False, "enable.partition.eof": True,
+                "auto.offset.reset": "error", "fetch.wait.max.ms": 10,
+                "fetch.error.backoff.ms": 10, "isolation.level": isolation})
         return consumer
 
     def close_probes(self) -> None:
-        for side in ("source", "target"):
-            consumer = getattr(self, f"_{side}_probe", None)
-            if consumer is not None:
-                consumer.close()
-                setattr(self, f"_{side}_probe", None)
+        for consumer in self._probes.values():
+            consumer.close()
+        self._probes.clear()
 
-
-def _client(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What an admin client takes of a consumer's or producer's config."""
-    keep = ("bootstrap.servers", "security.protocol", "client.id", "socket.", "sasl.", "ssl.",
-            "broker.address.family", "reconnect.")
-    return {k: v for k, v in config.items() if k.startswith(keep)}

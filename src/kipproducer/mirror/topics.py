@@ -25,10 +25,6 @@ ESSENTIAL_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "segme
                      "message.timestamp.type")
 
 
-#: Mirror.record_at(): the offset is outside the partition's log.
-OUT_OF_RANGE = "out of range"
-
-
 class MirrorError(Exception):
     """A mirror cannot go on: the message says what is wrong and what to do."""
 

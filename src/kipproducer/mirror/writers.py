@@ -27,9 +27,10 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from ..clients import OUT_OF_RANGE
 from ..engine.group_metadata import GroupMetadata
 from ..producer import Producer
-from .topics import OUT_OF_RANGE, MirrorError, TopicPair
+from .topics import MirrorError, TopicPair
 
 if TYPE_CHECKING:
     from .core import Mirror
@@ -68,6 +69,7 @@ class Writer:
     def __init__(self, mirror: Mirror) -> None:
         self.mirror = mirror
         self.metrics = mirror.metrics
+        self._marks_read = 0.0  # when _high_watermarks() last looked
 
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
         raise NotImplementedError
@@ -90,7 +92,7 @@ class Writer:
     def _high_watermarks(self, every_s: float = 1.0) -> None:
         """The source's high watermarks as the source consumer last saw them (for lag)."""
         now = time.monotonic()
-        if now - getattr(self, "_marks_read", 0.0) < every_s:
+        if now - self._marks_read < every_s:
             return
         self._marks_read = now
         consumer = self.mirror.consumer
@@ -133,11 +135,11 @@ class PreserveWriter(Writer):
         last record is the source's record at that offset. (The source's own end offset is
         not asked: some brokers answer ListOffsets wrongly, Tansu among them.)"""
         last = self.mirror.record_at("target", pair.target, p, target_end - 1)
-        if last is None or last == OUT_OF_RANGE:
+        if last is None or last is OUT_OF_RANGE:
             return  # no record at the end (it was trimmed): nothing to compare
         there = self.mirror.record_at("source", pair.source, p, last.offset())
         refuse = None
-        if there == OUT_OF_RANGE:
+        if there is OUT_OF_RANGE:
             if last.offset() >= self.mirror.watermarks("source", pair.source, p)[0]:
                 refuse = f"it ends at offset {target_end}, beyond the source's last record"
             else:
