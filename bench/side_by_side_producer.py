@@ -35,6 +35,7 @@ from bench_support import (
 )
 
 KEY_SIZE, VALUE_SIZE = 12, 100
+HEADERS = [("source", b"bench")]  # produce_batch's dicts carry one header
 HEADING = "## Producer lanes (issue 4)"
 TXN_HEADING = "## Producer lanes in transactions (issue 12)"
 CONTENDERS = ["confluent produce()", "confluent produce_batch", "kip produce_batch",
@@ -87,7 +88,9 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
         key_col = np.array(keys, dtype=object)
         value_col = np.array([value] * n, dtype=object)
     elif name.endswith("produce_batch"):
-        messages = [{"key": k, "value": value} for k in keys]
+        # The dicts a confluent user hands produce_batch: key, value, headers, partition.
+        messages = [{"key": k, "value": value, "headers": HEADERS, "partition": 0}
+                    for k in keys]
     def send(begin: int, end: int) -> None:
         """Records [begin, end) through the lane under test."""
         if name == "confluent produce()":

@@ -14,7 +14,9 @@ epoch bump sequences restart at 0 and batches still to send are re-stamped.
 See kipproducer.accumulator for the documented Python API.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport (
+    PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer,
+)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.object cimport PyObject
@@ -304,6 +306,9 @@ cdef class RecordAccumulator:
     cdef readonly bint transactional
     cdef readonly Py_ssize_t buffered_bytes
     cdef readonly Py_ssize_t buffered_messages
+    # Batches closed so far (full, an offset gap, a mode change, linger, flush): the sender
+    # compares it with what it saw before sleeping to know whether an append made one ready.
+    cdef readonly int64_t closed_batches
     cdef dict _topics                  # topic -> list of PartitionState (index = partition)
     cdef str _last_topic
     cdef int32_t _last_partition
@@ -416,6 +421,7 @@ cdef class RecordAccumulator:
         st.opaque_runs = None
         st.count = 0
         st.ready.append(b)
+        self.closed_batches += 1
         return 0
 
     cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
@@ -664,6 +670,126 @@ cdef class RecordAccumulator:
             column_close(&vcol)
             column_close(&kcol)
         return appended
+
+    def append_dicts(self, str topic not None, list messages, Py_ssize_t start, Py_ssize_t stop,
+                     chosen, int32_t call_partition, Py_ssize_t max_bytes, object default_target,
+                     object make_target, tuple kip_refusals, object fail):
+        """confluent-kafka's produce_batch, per record in C: ``messages[start:stop]``.
+
+        Each message is a dict with value, key, partition, timestamp, headers, callback /
+        on_delivery, and (kipproducer) offset or expected_offset. A record that cannot be
+        appended is skipped and ``fail(message, code_name, text)`` records why (confluent's
+        ``_error`` rule); code_name is "MSG_SIZE_TOO_LARGE", "_QUEUE_FULL" or "_INVALID_ARG",
+        or, for offset / expected-offset records the producer's configuration cannot send,
+        ``kip_refusals[0]`` / ``kip_refusals[1]`` (error objects, or None) is stored as is. ``chosen`` gives records without a partition
+        theirs: an int, or an int32 array indexed like ``messages``. A record's own callback
+        becomes ``make_target(callback)``, the others share ``default_target``.
+        Returns how many records were appended.
+        """
+        cdef Py_ssize_t i, queued = 0
+        cdef dict m
+        cdef object part_obj, key, value, headers, ts_obj, own, off_obj, exp_obj, target
+        cdef object last_own = None, last_target = None, refusal
+        cdef int32_t part
+        cdef int64_t now = clock_ms(CLOCK_REALTIME)
+        cdef int64_t ts, off
+        cdef int mode
+        cdef int added
+        cdef Blob kb, vb
+        cdef PartitionState st
+        cdef const int32_t[::1] chosen_arr
+        cdef bint per_record_chosen = chosen is not None and not isinstance(chosen, int)
+        cdef int32_t chosen_one = chosen if (chosen is not None and not per_record_chosen) else -1
+        if per_record_chosen:
+            chosen_arr = chosen
+        for i in range(start, stop):
+            item = messages[i]
+            if not isinstance(item, dict):
+                raise TypeError(f"messages[{i}] must be a dict, not {type(item).__name__}")
+            m = <dict>item
+            part_obj = m.get("partition")
+            off_obj = m.get("offset")
+            exp_obj = m.get("expected_offset")
+            try:
+                part = call_partition if part_obj is None else part_obj
+            except (TypeError, OverflowError) as exc:
+                fail(m, "_INVALID_ARG", f"partition: {exc}")
+                continue
+            if off_obj is not None or exp_obj is not None:
+                if off_obj is not None and exp_obj is not None:
+                    fail(m, "_INVALID_ARG",
+                         "give offset= (KIP-391) or expected_offset= (KIP-27), not both")
+                    continue
+                if part < 0:
+                    fail(m, "_INVALID_ARG",
+                         ("offset=" if off_obj is not None else "expected_offset=")
+                         + " needs an explicit partition: an offset means something only in "
+                         "one partition's log")
+                    continue
+                refusal = kip_refusals[0 if off_obj is not None else 1]
+                if refusal is not None:
+                    m["_error"] = refusal
+                    continue
+                if off_obj is not None:
+                    mode, off = MODE_USE_OFFSETS, off_obj
+                else:
+                    mode, off = MODE_EXPECTED, exp_obj
+            else:
+                mode, off = MODE_ASSIGN, 0
+            if part < 0:
+                part = chosen_arr[i] if per_record_chosen else chosen_one
+            value = m.get("value")
+            key = m.get("key")
+            try:
+                blob_from(key, &kb, "key")
+            except TypeError as exc:
+                fail(m, "_INVALID_ARG", str(exc))
+                continue
+            try:
+                blob_from(value, &vb, "value")
+            except TypeError as exc:
+                blob_release(&kb)
+                fail(m, "_INVALID_ARG", str(exc))
+                continue
+            try:
+                if (vb.size if vb.size > 0 else 0) + (kb.size if kb.size > 0 else 0) > max_bytes:
+                    fail(m, "MSG_SIZE_TOO_LARGE",
+                         f"{(vb.size if vb.size > 0 else 0) + (kb.size if kb.size > 0 else 0)} "
+                         f"bytes > message.max.bytes={max_bytes}")
+                    continue
+                ts_obj = m.get("timestamp")
+                ts = now if (ts_obj is None or not ts_obj) else ts_obj
+                own = m.get("callback")
+                if own is None:
+                    own = m.get("on_delivery")
+                if own is None:
+                    target = default_target
+                else:
+                    if own is not last_own:
+                        last_own, last_target = own, make_target(own)
+                    target = last_target
+                headers = m.get("headers")
+                st = self._state(topic, part)
+                if headers is None and self._append_fast(st, &kb, &vb, ts, mode, off, target):
+                    added = 1
+                else:
+                    if headers is not None:
+                        headers = header_items(headers)
+                    added = self._append(st, &kb, &vb, headers, ts, mode, off, target)
+            except (TypeError, ValueError, OverflowError) as exc:
+                fail(m, "_INVALID_ARG", str(exc))
+                continue
+            finally:
+                blob_release(&kb)
+                blob_release(&vb)
+            if not added:
+                fail(m, "_QUEUE_FULL",
+                     f"producer queue is full ({self.buffered_messages} messages, "
+                     f"{self.buffered_bytes} bytes buffered): poll() or flush() to send, or "
+                     "raise queue.buffering.max.messages / queue.buffering.max.kbytes")
+                continue
+            queued += 1
+        return queued
 
     # ---- draining ------------------------------------------------------------------------
 
@@ -1083,3 +1209,41 @@ def key_hashes(keys, str algorithm not None):
 def key_lengths(keys):
     """int64 length of every key of a column, -1 for null keys."""
     return scan_keys(keys, SCAN_LENGTH, np.int64)
+
+
+def scan_messages(list messages, int32_t call_partition):
+    """produce_batch's check before anything is queued, with confluent-kafka's errors: every
+    message a dict, value and key bytes, str, a buffer or None, partition an int, headers a
+    list, tuple or dict (TypeError / ValueError naming the index). Returns True when some
+    message has no partition of its own and the call gives none (the partitioner runs)."""
+    cdef Py_ssize_t i
+    cdef dict m
+    cdef object part, field
+    cdef bint needs = False
+    for i in range(len(messages)):
+        item = messages[i]
+        if not isinstance(item, dict):
+            raise TypeError(f"expected list of dicts, message at index {i} is "
+                            f"{type(item).__name__}")
+        m = <dict>item
+        for name in ("value", "key"):
+            field = m.get(name)
+            if not (field is None or isinstance(field, (bytes, str))
+                    or PyObject_CheckBuffer(field)):
+                raise TypeError(f"Message {name} at index {i} must be bytes or str")
+        part = m.get("partition")
+        if part is None:
+            needs = needs or call_partition < 0
+        elif not isinstance(part, int):
+            raise TypeError(f"Message partition at index {i} must be int")
+        elif part < 0:
+            needs = needs or call_partition < 0
+        field = m.get("headers")
+        if field is not None and not isinstance(field, (list, tuple, dict)):
+            raise ValueError(f"Invalid headers at index {i}")
+    return needs
+
+
+def message_keys(list messages):
+    """The key of every message (None where it has none), for the partitioner."""
+    return [(<dict>m).get("key") if isinstance(m, dict) else None for m in messages]

@@ -119,6 +119,15 @@ class _ReportTo:
         self.per_record = per_record
 
 
+def _per_record_target(callback: Callable) -> _ReportTo:
+    return _ReportTo(callback, True)
+
+
+def _fail_message(message: dict, code_name: str, text: str) -> None:
+    """produce_batch's rule: a message that was not queued carries its error in _error."""
+    message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
+
+
 class Producer(confluent_kafka.Producer):
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
         conf = dict(config or {})
@@ -152,6 +161,8 @@ class Producer(confluent_kafka.Producer):
                     txn_config.retry_backoff_ms)
         self._transactional = bool(conf.get("transactional.id")) and self._txn is None
         self._per_record_reports = _bool(conf.get("kip.delivery.report.per.record", False))
+        # Why records with offsets / expected offsets cannot go (the configuration is fixed).
+        self._kip_refusals = (self._kip_refusal(True), self._kip_refusal(False))
         # topic -> (lane, records of that lane not yet reported), once the engine is in use
         self._lanes: dict[str, list] = {}
         self._last_target: _ReportTo | None = None  # produce()'s last report target
@@ -240,46 +251,25 @@ class Producer(confluent_kafka.Producer):
                 for m in messages:
                     m["_error"] = refused
                 return 0
+        from ._accumulator import message_keys, scan_messages
+
         engine = self._engine_or_start()
-        keys = [m.get("key") for m in messages]
-        if all((m.get("partition") if m.get("partition") is not None else -1) >= 0
-               for m in messages):
-            chosen = partition  # every record has its partition: no metadata needed
-        else:
-            chosen = self._partitions_for(topic, keys, len(messages), partition)
-        call_target = _ReportTo(on_delivery or self._default_on_delivery, True)
-        max_bytes = engine.config.message_max_bytes
+        call_partition = -1 if partition is None else partition
+        chosen = None
+        if scan_messages(messages, call_partition):
+            chosen = self._partitions_for(topic, message_keys(messages), len(messages), -1)
+            if not isinstance(chosen, int):
+                chosen = chosen.astype("int32", copy=False)
+        default_target = _ReportTo(on_delivery or self._default_on_delivery, True)
         queued = 0
         self._enter_lane(topic, ENGINE, 0)
-        with engine.lock:
-            for i, m in enumerate(messages):
-                part = m.get("partition", -1)
-                if part is None or part < 0:
-                    part = chosen if isinstance(chosen, int) else int(chosen[i])
-                value, key = m.get("value"), m.get("key")
-                size = len(value or b"") + len(key or b"")
-                if size > max_bytes:
-                    m["_error"] = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE,
-                                             f"{size} bytes > message.max.bytes={max_bytes}")
-                    continue
-                own = m.get("callback") or m.get("on_delivery")
-                target = call_target if own is None else _ReportTo(own, True)
-                offset, expected = m.get("offset"), m.get("expected_offset")
-                try:
-                    if offset is not None or expected is not None:
-                        self._check_kip_call(offset, expected, m.get("partition", partition))
-                    engine.acc.append(topic, part, key, value, m.get("headers"),
-                                      m.get("timestamp") or None, offset, target, expected)
-                except KafkaException as exc:
-                    m["_error"] = exc.args[0]
-                    continue
-                except BufferError as exc:
-                    m["_error"] = KafkaError(KafkaError._QUEUE_FULL, str(exc))
-                    continue
-                except (TypeError, ValueError) as exc:
-                    m["_error"] = KafkaError(KafkaError._INVALID_ARG, str(exc))
-                    continue
-                queued += 1
+        for begin in range(0, len(messages), APPEND_SLICE):
+            # A slice at a time under the engine's lock, as produce_arrays does.
+            with engine.lock:
+                queued += engine.acc.append_dicts(
+                    topic, messages, begin, min(begin + APPEND_SLICE, len(messages)), chosen,
+                    call_partition, engine.config.message_max_bytes, default_target,
+                    _per_record_target, self._kip_refusals, _fail_message)
         self._lanes[topic][1] += queued
         engine.appended(queued)
         return queued
@@ -393,7 +383,8 @@ class Producer(confluent_kafka.Producer):
     def _produce_kip(self, topic, value, key, args, kwargs) -> None:
         """produce(..., offset=N) (KIP-391) or produce(..., expected_offset=N) (KIP-27):
         through the engine, since librdkafka cannot send a record's offset; and every
-        produce() of a transactional producer (its records share the engine's producer id)."""
+        produce() of a transactional producer (its records share the engine's producer id).
+        Called once per record: the common case does only dictionary lookups in Python."""
         if args:
             if len(args) > len(_PRODUCE_POSITIONAL):
                 raise TypeError(f"produce() takes at most {3 + len(_PRODUCE_POSITIONAL)} "
@@ -402,14 +393,18 @@ class Producer(confluent_kafka.Producer):
         if not _PRODUCE_KEYWORDS.issuperset(kwargs):
             unknown = sorted(set(kwargs) - _PRODUCE_KEYWORDS)
             raise TypeError(f"produce() got unexpected keyword arguments {unknown}")
-        offset, expected = kwargs.get("offset"), kwargs.get("expected_offset")
-        partition = kwargs.get("partition", -1)
+        get = kwargs.get
+        offset, expected = get("offset"), get("expected_offset")
+        partition = get("partition", -1)
         if partition is None:
             partition = -1
-        self._check_kip_call(offset, expected, partition)
+        if offset is not None or expected is not None:
+            self._check_kip_call(offset, expected, partition)
         if self._txn is not None:
             self._txn.check_produce()
-        engine = self._engine_or_start()
+        engine = self._engine
+        if engine is None or engine.dead:
+            engine = self._engine_or_start()
         if partition < 0:
             # One record: the partition count as the engine knows it now when that is fresh
             # (asking the sender thread costs a round trip per record), else fetched.
@@ -420,21 +415,25 @@ class Producer(confluent_kafka.Producer):
                 partition = _one_partition(key, total, engine.config.partitioner)
             if not isinstance(partition, int):
                 partition = int(partition[0])
-        size = len(value or b"") + len(key or b"")
+        size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if size > engine.config.message_max_bytes:
             raise KafkaException(KafkaError(
                 KafkaError.MSG_SIZE_TOO_LARGE,
                 f"{size} bytes > message.max.bytes={engine.config.message_max_bytes}"))
-        user = kwargs.get("on_delivery") or kwargs.get("callback") or self._default_on_delivery
+        user = get("on_delivery") or get("callback") or self._default_on_delivery
         target = self._last_target
-        if target is None or target.callback is not user:
+        if target is None or (target.callback is not user and target.callback != user):
+            # (== too: a bound method, say obj.on_delivery, is a new object at every call)
             # Records with the same target share a run in their batch (one per callback).
             target = self._last_target = _ReportTo(user, True)
-        self._enter_lane(topic, ENGINE, 0)
+        lane = self._lanes.get(topic)
+        if lane is None or lane[0] != ENGINE:
+            self._enter_lane(topic, ENGINE, 0)
+            lane = self._lanes[topic]
         with engine.lock:
-            engine.acc.append(topic, partition, key, value, kwargs.get("headers"),
-                              kwargs.get("timestamp") or None, offset, target, expected)
-        self._lanes[topic][1] += 1
+            engine.acc.append(topic, partition, key, value, get("headers"),
+                              get("timestamp") or None, offset, target, expected)
+        lane[1] += 1
         engine.appended(1)
 
     def _check_kip_call(self, offset, expected, partition) -> None:
@@ -449,16 +448,32 @@ class Producer(confluent_kafka.Producer):
         if not explicit:
             raise ValueError(f"{what} needs an explicit partition: an offset means "
                              "something only in one partition's log")
-        if str(self._conf.get("acks", self._conf.get("request.required.acks", "all"))) == "0":
+        if self._acks_zero():
             raise ValueError(f"{what} cannot be used with acks=0: the broker's refusal "
                              "(an offset below the log end, a mismatch) would never be seen")
-        if self._conf.get("transactional.id") and (offset is not None or self._transactional):
+        refusal = self._kip_refusals[offset is None]
+        if refusal is not None:
+            raise KafkaException(refusal)
+
+    def _acks_zero(self) -> bool:
+        return str(self._conf.get("acks", self._conf.get("request.required.acks", "all"))) == "0"
+
+    def _kip_refusal(self, with_offsets: bool = True) -> KafkaError | None:
+        """Why this producer's configuration cannot send records with offsets (KIP-391;
+        ``with_offsets=False``: expected offsets, KIP-27), or None."""
+        if self._acks_zero():
+            return KafkaError(KafkaError._INVALID_ARG,
+                              "offset= / expected_offset= cannot be used with acks=0: the "
+                              "broker's refusal would never be seen")
+        if self._conf.get("transactional.id") and (with_offsets or self._transactional):
+            what = "offset=" if with_offsets else "expected_offset="
             reason = ("offsets chosen by the producer cannot be transactional (commit "
-                      "markers would take offsets the source owns)" if offset is not None else
+                      "markers would take offsets the source owns)" if with_offsets else
                       "with this configuration transactions are librdkafka's, and "
                       "kipproducer's engine takes no part in them")
-            raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED,
-                                            f"{what} with transactional.id: {reason}"))
+            return KafkaError(KafkaError._NOT_IMPLEMENTED,
+                              f"{what} with transactional.id: {reason}")
+        return None
 
     def append(self, topic: str, values, *, partition: int, keys=None, headers=None,
                timestamps=None, offsets=None, expected_offset: int | None = None,
@@ -701,29 +716,23 @@ class Producer(confluent_kafka.Producer):
         batch = report.batch
         runs = batch.opaque_runs or [(0, None)]
         bounds = [start for start, _ in runs[1:]] + [batch.record_count]
-        records = None
+        decoded = None
         served = 0
         for (start, target), end in zip(runs, bounds, strict=True):
             callback = target.callback if target is not None else self._default_on_delivery
             if callback is None:
                 continue
-            first = report.base_offset + start if report.base_offset >= 0 else -1
             if target is None or not target.per_record:
+                first = report.base_offset + start if report.base_offset >= 0 else -1
                 callback(report.error, BatchDelivery(batch.topic, batch.partition, first,
                                                      end - start, report.error))
                 served += 1
                 continue
-            if records is None:
-                records = [r for b in decode_batches(batch.data) for r in b]
-            for i in range(start, end):
-                r = records[i]
-                msg = confluent_kafka.Message(
-                    topic=batch.topic, partition=batch.partition,
-                    offset=report.base_offset + i if report.base_offset >= 0 else -1,
-                    key=r.key, value=r.value, headers=r.headers or None,
-                    error=report.error, timestamp=(_TIMESTAMP_CREATE_TIME, r.timestamp))
-                callback(report.error, msg)
-                served += 1
+            if decoded is None:  # our own batch: no need to check its CRC again
+                decoded = next(decode_batches(batch.data, validate=False))
+            served += decoded.deliver(start, end, report.base_offset, batch.topic,
+                                      batch.partition, report.error, callback,
+                                      confluent_kafka.Message, _TIMESTAMP_CREATE_TIME)
         return served
 
     def poll(self, timeout: float | None = None) -> int:  # type: ignore[override]

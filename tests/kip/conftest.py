@@ -15,6 +15,13 @@ def broker():
         yield b
 
 
+@pytest.fixture(scope="module")
+def version_1_broker():
+    """A broker that advertises KIP-WIRE version 1: one batch per partition per request."""
+    with EmbeddedBroker(config={"kip.wire.version": 1}) as b:
+        yield b
+
+
 @pytest.fixture
 def client(broker):
     c = RawClient(broker.bootstrap_servers)

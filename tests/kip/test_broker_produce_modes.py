@@ -58,8 +58,8 @@ def stock_read(bootstrap, topic, partition=0, start=0, expect=None, timeout=20):
 def test_features_advertised_from_api_versions_v3(client):
     v3 = client.request(18, 3, client_software_name="t", client_software_version="1")
     names = {f.name: (f.min_version, f.max_version) for f in v3.supported_features}
-    assert names[FEATURE_PRODUCE_OFFSETS] == (1, 1)
-    assert names[FEATURE_PRODUCE_CONDITIONAL] == (1, 1)
+    assert names[FEATURE_PRODUCE_OFFSETS] == (1, 2)  # version 2: KIP-WIRE §9
+    assert names[FEATURE_PRODUCE_CONDITIONAL] == (1, 2)
 
 
 def test_preserved_offsets_seen_by_stock_consumers(broker, client):

@@ -6,11 +6,12 @@ or neither):
 
 * plain: appended at the log end;
 * offsets (KIP-391): a first offset relative to the log end (below, at or above it) and
-  gaps between records. A gap starts a new batch; each batch is accepted iff its first
-  offset >= the log end, which then becomes its last offset + 1 (so a call refused for its
-  first batch may still write a later one). A producer itself refuses (OffsetOrderError,
-  nothing sent) a first offset not above the last explicit offset it was given for that
-  partition;
+  gaps between records. A gap starts a new batch. To a broker of KIP-WIRE version 1 each
+  batch goes in its own request and is accepted iff its first offset >= the log end, which
+  then becomes its last offset + 1 (so a call refused for its first batch may still write a
+  later one); to a version 2 broker the batches of one call travel as one unit (§9), which
+  is written whole or refused whole. A producer itself refuses (OffsetOrderError, nothing
+  sent) a first offset not above the last explicit offset it was given for that partition;
 * conditional (KIP-27): accepted iff the expected offset is the log end.
 
 A small model predicts every outcome (the first offset, or the error and its
@@ -38,7 +39,8 @@ class Model:
     """The rules, per partition: the log end, the log, and each producer's last explicit
     offset (its local strictly-increasing rule)."""
 
-    def __init__(self, partitions: int, producers: int) -> None:
+    def __init__(self, partitions: int, producers: int, wire_version: int = 2) -> None:
+        self.units = wire_version >= 2
         self.end = [0] * partitions
         self.log: list[list[tuple[int, bytes]]] = [[] for _ in range(partitions)]
         self.last_explicit = [[-1] * partitions for _ in range(producers)]
@@ -56,6 +58,11 @@ class Model:
         if offsets[0] <= self.last_explicit[producer][p]:
             return ("local", None)
         self.last_explicit[producer][p] = offsets[-1]
+        if self.units:  # one unit: offsets rise, so only its first batch can be refused
+            if offsets[0] < self.end[p]:
+                return ("refused", self.end[p])
+            self.write(p, offsets, values)
+            return offsets[0]
         refused = None
         start = 0
         for i in range(1, len(offsets) + 1):  # batches: runs of consecutive offsets
@@ -87,12 +94,13 @@ ops = st.lists(st.tuples(
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(ops=ops, idempotent=st.booleans())
-def test_outcomes_and_logs_match_the_model(broker, ops, idempotent):
-    bootstrap = broker.bootstrap_servers
+@given(ops=ops, idempotent=st.booleans(), wire_version=st.sampled_from([1, 2]))
+def test_outcomes_and_logs_match_the_model(broker, version_1_broker, ops, idempotent,
+                                           wire_version):
+    bootstrap = (version_1_broker if wire_version == 1 else broker).bootstrap_servers
     topic = create_topic(bootstrap, unique("prop"), PARTITIONS)
     example = next(_examples)
-    model = Model(PARTITIONS, 2)
+    model = Model(PARTITIONS, 2, wire_version)
     with kip_producer(bootstrap, enable_idempotence=idempotent, linger_ms=0) as p0, \
             kip_producer(bootstrap, enable_idempotence=idempotent, linger_ms=0) as p1:
         for number, (who, kind, part, n, delta, steps, right) in enumerate(ops):
@@ -125,7 +133,7 @@ def test_outcomes_and_logs_match_the_model(broker, ops, idempotent):
             verdict = outcome[0] if isinstance(outcome, tuple) else "written"
             if verdict == "refused" and model.end[part] != end:
                 verdict = "refused, a later batch written"
-            event(f"{kind}: {verdict}")
+            event(f"{kind}: {verdict} (KIP-WIRE v{wire_version})")
 
     log = read_confluent(bootstrap, topic, PARTITIONS,
                          expected=sum(len(entries) for entries in model.log))

@@ -260,3 +260,57 @@ def test_compressed_round_trip(bulk_broker, codec):
     expected |= {(b"k", b"batch-%d" % i, (("i", b"1"),), BASE_TS) for i in range(50)}
     assert {r.content for r in records} == expected
     p.close()
+
+
+@pytest.mark.parametrize(("messages", "error", "text"), [
+    ([{"value": b"ok"}, {"value": 123}], TypeError, "Message value at index 1"),
+    ([{"value": b"ok"}, {"value": b"a", "key": 5}], TypeError, "Message key at index 1"),
+    ([{"value": b"ok"}, {"value": b"a", "partition": "0"}], TypeError,
+     "Message partition at index 1"),
+    ([{"value": b"ok"}, {"value": b"a", "headers": 5}], ValueError, "Invalid headers at index 1"),
+    ([{"value": b"ok"}, "not a dict"], TypeError, "index 1"),
+])
+def test_produce_batch_bad_types_refuse_the_whole_call(kip, messages, error, text):
+    """As confluent-kafka: a message of the wrong shape raises for the whole call, naming its
+    index, and nothing of the call is queued (checked against confluent's own produce_batch)."""
+    for cls in (confluent_kafka.Producer, kp.Producer):
+        p = cls({"bootstrap.servers": kip.bootstrap})
+        with pytest.raises(error, match=text):
+            p.produce_batch(unique("bad-types"), [dict(m) if isinstance(m, dict) else m
+                                                  for m in messages])
+        assert len(p) == 0, cls
+        p.close()
+
+
+def test_produce_batch_offsets_and_their_refusals(kip):
+    """offset / expected_offset in produce_batch's dicts go the KIP-391 / KIP-27 way, and a
+    record that cannot be sent so carries its reason in ``_error`` while the others go."""
+    topic = create_topic(kip.bootstrap, unique("batch-offsets"), 2)
+    reports = []
+    p = kp.Producer({"bootstrap.servers": kip.bootstrap})
+    messages = [{"value": b"at-5", "partition": 0, "offset": 5},
+                {"value": b"at-6", "partition": 0, "offset": 6},
+                {"value": b"both", "partition": 0, "offset": 9, "expected_offset": 9},
+                {"value": b"no-partition", "offset": 10},
+                {"value": b"expects-0", "partition": 1, "expected_offset": 0},
+                {"value": b"plain", "partition": 1}]
+    assert p.produce_batch(topic, messages, on_delivery=lambda e, m: reports.append((e, m))) == 4
+    assert [m["_error"].code() if "_error" in m else None for m in messages] == [
+        None, None, KafkaError._INVALID_ARG, KafkaError._INVALID_ARG, None, None]
+    assert "not both" in messages[2]["_error"].str()
+    assert "explicit partition" in messages[3]["_error"].str()
+    assert p.flush(10) == 0
+    assert sorted((m.partition(), m.offset(), m.value()) for e, m in reports if e is None) == [
+        (0, 5, b"at-5"), (0, 6, b"at-6"), (1, 0, b"expects-0"), (1, 1, b"plain")]
+    p.close()
+    # acks=0 cannot report a refusal: offset records are refused at the call, others go.
+    p = kp.Producer({"bootstrap.servers": kip.bootstrap, "acks": 0})
+    messages = [{"value": b"x", "partition": 0, "offset": 7}, {"value": b"y", "partition": 0}]
+    assert p.produce_batch(topic, messages) == 1
+    assert messages[0]["_error"].code() == KafkaError._INVALID_ARG
+    assert "acks=0" in messages[0]["_error"].str()
+    assert p.flush(10) == 0
+    p.close()
+    records = read_confluent(kip.bootstrap, topic, 2, expected=5)
+    assert sorted((r.partition, r.offset, r.value) for r in records) == [
+        (0, 5, b"at-5"), (0, 6, b"at-6"), (0, 7, b"y"), (1, 0, b"expects-0"), (1, 1, b"plain")]

@@ -198,6 +198,16 @@ class BrokerConfig:
             "doc": "allow a resource no ACL names at all (authorizer on only)",
         },
     )
+    # -- kipproducer's extensions (docs/protocol.md) --
+    kip_wire_version: int = field(
+        default=2,
+        metadata={
+            "name": "kip.wire.version",
+            "doc": "the highest KIP-WIRE version advertised for the produce-with-offsets "
+            "features: 2 takes several batches of one partition in one request (§9), 1 "
+            "keeps Kafka's one batch per partition (what an older broker does)",
+        },
+    )
     topic_defaults: dict[str, str] = field(default_factory=dict)
     #: The property names given at start (DescribeConfigs reports them as
     #: STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG, as Kafka does).
@@ -237,6 +247,8 @@ class BrokerConfig:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
         if config.num_partitions < 1:
             raise BrokerConfigError("num.partitions must be at least 1")
+        if config.kip_wire_version not in (1, 2):
+            raise BrokerConfigError("kip.wire.version must be 1 or 2")
         for name in ("transaction.max.timeout.ms", "transactional.id.expiration.ms",
                      "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                      "transaction.remove.expired.transaction.cleanup.interval.ms"):

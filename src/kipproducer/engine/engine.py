@@ -30,6 +30,7 @@ what waits; a new epoch, not a new producer id, repairs the sequences when it ab
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kipproducer.accumulator import ProducerBatch, RecordAccumulator
+from kipproducer.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from kipproducer.alarm import Alarm
 from kipproducer.errors import ProduceOffsetKafkaError
 from kipproducer.protocol import build_request
@@ -48,6 +49,7 @@ from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, encode_produce_r
 from kipproducer.protocol.wire_extensions import (
     FEATURE_PRODUCE_CONDITIONAL,
     FEATURE_PRODUCE_OFFSETS,
+    MULTI_BATCH_VERSION,
     ProduceMode,
 )
 
@@ -70,6 +72,11 @@ MODE_FEATURE = {ProduceMode.USE_OFFSETS: FEATURE_PRODUCE_OFFSETS,
 MODE_CALL = {ProduceMode.USE_OFFSETS: "offset= (KIP-391 produce with offsets)",
              ProduceMode.EXPECTED_OFFSETS: "expected_offset= (KIP-27 conditional publish)"}
 MAX_REQUEST_BYTES = 64 << 20
+# KIP-WIRE §9: a partition's batches with explicit offsets travel as one unit in a request
+# to a broker that advertises feature version 2. Their bytes are joined into one records
+# field (a copy), so a unit stops growing at this size: past it a request's fixed cost is
+# already spread over enough records.
+UNIT_MAX_BYTES = 1 << 20
 
 # librdkafka's local error codes, as confluent_kafka.KafkaError exposes them.
 MSG_TIMED_OUT = KafkaError._MSG_TIMED_OUT
@@ -97,6 +104,16 @@ def kafka_error(code: int, message: str | None = None, *, mode: int = 0,
     return ProduceOffsetKafkaError(code, message, retriable=ec.is_retriable(code),
                                    log_end_offset=-1 if log_end_offset is None
                                    else log_end_offset)
+
+
+def _records_by_partition(batches: list[ProducerBatch]):
+    """(topic, partition, records) per partition of a request, in order: one batch's bytes,
+    or a unit's batches joined back to back (KIP-WIRE §9)."""
+    parts: dict[tuple[str, int], list] = {}
+    for batch in batches:
+        parts.setdefault((batch.topic, batch.partition), []).append(batch.data)
+    for (topic, partition), datas in parts.items():
+        yield topic, partition, datas[0] if len(datas) == 1 else b"".join(datas)
 
 
 def first_opaque(batch: ProducerBatch) -> Any:
@@ -187,6 +204,9 @@ class PartitionSender:
     # the error). Later batches of the same call that continue it are not sent: they
     # expected to follow records that are not in the log.
     broken_chain: BrokenChain | None = None
+    # id(first batch) -> batches of the unit it went out with (KIP-WIRE §9): a retry sends
+    # exactly that unit again, so the broker recognises it as a duplicate if it landed.
+    units: dict = field(default_factory=dict)
 
 
 class Engine:
@@ -225,6 +245,9 @@ class Engine:
         self._need_metadata = False  # a Produce answer named a moved or unknown leader
         self._done_batches: deque[ProducerBatch] = deque()  # reported; bounds not given back
         self._sender_idle = True
+        # What the sleeping sender saw (see appended()): batches closed, and when it wakes.
+        self._idle_closed = -1
+        self._idle_until_ms = 0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kip-sender", daemon=True)
         self._thread.start()
@@ -263,6 +286,12 @@ class Engine:
         if self.dead:  # the sender died while these were appended: report them failed
             self._fail_everything(self._fatal or KafkaError(
                 KafkaError._FATAL, "the kipproducer engine is closed", fatal=True))
+            return
+        if (self._sender_idle and self.acc.closed_batches == self._idle_closed
+                and self._idle_until_ms + 2 <= monotonic_ms() + self.config.linger_ms):
+            # Nothing closed since the sender went to sleep, and its alarm rings no later
+            # than a batch opened now would be ready: waking it (a self-pipe write and a
+            # round of the loop for every record of a produce() loop) gains nothing.
             return
         self.wake()
 
@@ -540,14 +569,18 @@ class Engine:
             # promptly. Set before next_ready_ms is read: an append after that read is not
             # in the timeout, and must wake.
             self._sender_idle = True
+            self._idle_until_ms = 0  # until set below, every append wakes the loop
+            waiting = any(s.pending or s.failed for s in self._partitions.values())
             with self.lock:
                 self._give_back_bounds()  # batches failed in dispatch: room for the caller now
                 delay = self.acc.next_ready_ms()
-            waiting = any(s.pending or s.failed for s in self._partitions.values())
-            if delay is None:
-                timeout = 0.05 if waiting else 1.0
-            else:
-                timeout = max(delay, 1) / 1000
+                if delay is None:
+                    timeout = 0.05 if waiting else 1.0
+                else:
+                    timeout = max(delay, 1) / 1000
+                # Under the lock, so an append either is in this timeout or sees these.
+                self._idle_closed = self.acc.closed_batches
+                self._idle_until_ms = monotonic_ms() + int(timeout * 1000)
             await self._wake.wait(timeout)
             self._sender_idle = False
 
@@ -700,13 +733,53 @@ class Engine:
             if chosen and size + batch.size > MAX_REQUEST_BYTES:
                 break
             mode = batch_mode
-            chosen.append(batch)
-            size += batch.size
-            sender.pending.popleft()
-            sender.in_flight.append(batch)
+            unit = self._unit_of(conn, sender, batch, MAX_REQUEST_BYTES - size)
+            for member in unit:
+                chosen.append(member)
+                size += member.size
+                sender.pending.popleft()
+                sender.in_flight.append(member)
+                member.attempts += 1
             sender.conn = conn
-            batch.attempts += 1
         return chosen, ProduceMode.ASSIGN if mode is None else mode
+
+    def _unit_of(self, conn: BrokerConnection, sender: PartitionSender, head: ProducerBatch,
+                 room: int) -> list[ProducerBatch]:
+        """The batches of ``sender`` that go in this request: the head batch, and with
+        explicit offsets to a broker that takes several batches per partition (KIP-WIRE §9)
+        the pending batches that may follow it in one unit: same mode, offsets that continue
+        as §9 requires, within UNIT_MAX_BYTES. A retried head goes with the unit it first
+        went out with, no more and no less (the broker's duplicate check knows units)."""
+        mode = head.produce_mode
+        pending = sender.pending
+        if head.attempts:
+            count = sender.units.get(id(head), 1)
+            unit = []
+            for batch in pending:
+                if len(unit) == count or batch.attempts == 0:
+                    break
+                unit.append(batch)
+            return unit
+        if (mode == ProduceMode.ASSIGN or len(pending) < 2
+                or not conn.supports_feature(MODE_FEATURE[mode], MULTI_BATCH_VERSION)):
+            return [head]
+        unit = [head]
+        size = head.size
+        previous = head
+        for batch in itertools.islice(pending, 1, None):
+            if (batch.attempts or batch.produce_mode != mode
+                    or size + batch.size > min(room, UNIT_MAX_BYTES)):
+                break
+            if mode == ProduceMode.EXPECTED_OFFSETS and (
+                    previous.base_offset < 0
+                    or batch.base_offset != previous.base_offset + previous.record_count):
+                break  # a new expectation (another call): its own request
+            unit.append(batch)
+            size += batch.size
+            previous = batch
+        if len(unit) > 1:
+            sender.units[id(head)] = len(unit)
+        return unit
 
     def _refuse_locally(self, conn: BrokerConnection, sender: PartitionSender,
                         batch: ProducerBatch) -> bool:
@@ -802,8 +875,8 @@ class Engine:
                 # (the C encoder writes a null transactional_id: transactional requests go
                 # through the generic codec)
                 topics: dict[str, list] = {}
-                for batch in batches:
-                    topics.setdefault(batch.topic, []).append((batch.partition, batch.data))
+                for topic, partition, records in _records_by_partition(batches):
+                    topics.setdefault(topic, []).append((partition, records))
                 conn.send_parts(PRODUCE, version, lambda correlation_id, client_id: (
                     encode_produce_request(correlation_id, client_id, version, config.acks,
                                            config.request_timeout_ms, topics, mode)),
@@ -830,8 +903,14 @@ class Engine:
         results = {(t.name, p.index): p for t in response.responses
                    for p in t.partition_responses}
         refresh = False
+        # Records of a partition's unit (KIP-WIRE §9) before each batch: with assigned offsets
+        # (KIP-27) a batch lands that far after the unit's base offset.
+        ahead: dict[tuple[str, int], int] = {}
         for batch in batches:
-            answer = results.get((batch.topic, batch.partition))
+            key = (batch.topic, batch.partition)
+            before = ahead.get(key, 0)
+            ahead[key] = before + batch.record_count
+            answer = results.get(key)
             if answer is None:
                 self._retry_or_fail(batch, kafka_error(ec.UNKNOWN_SERVER_ERROR,
                                                        "no answer for this partition", mode=mode))
@@ -845,8 +924,11 @@ class Engine:
                 refresh = refresh or code in _METADATA_ERRORS
                 continue
             if code == ec.NONE:
-                self._complete(batch, None, answer.base_offset,
-                               getattr(answer, "log_append_time", -1))
+                base = answer.base_offset
+                if before and base >= 0:
+                    base = (batch.base_offset if mode == ProduceMode.USE_OFFSETS
+                            else base + before)
+                self._complete(batch, None, base, getattr(answer, "log_append_time", -1))
             elif code == ec.DUPLICATE_SEQUENCE_NUMBER:
                 # Written before; with a ProduceMode its offsets are the batch's own.
                 self._complete(batch, None, batch.base_offset if mode else -1)
@@ -901,9 +983,8 @@ class Engine:
 
     def _produce_body(self, batches: list[ProducerBatch], version: int, mode: int) -> Any:
         topics: dict[str, list] = {}
-        for batch in batches:
-            topics.setdefault(batch.topic, []).append(
-                {"index": batch.partition, "records": batch.data})
+        for topic, partition, records in _records_by_partition(batches):
+            topics.setdefault(topic, []).append({"index": partition, "records": records})
         extension = {"produce_mode": int(mode)} if mode != ProduceMode.ASSIGN else {}
         return build_request(
             PRODUCE, version, transactional_id=self.config.transactional_id,
@@ -973,6 +1054,8 @@ class Engine:
         sender = self._sender_for(batch.topic, batch.partition)
         if batch in sender.in_flight:
             sender.in_flight.remove(batch)
+        if sender.units:
+            sender.units.pop(id(batch), None)
         self._report(batch, error, base_offset, log_append_time)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:

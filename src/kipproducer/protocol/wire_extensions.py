@@ -25,8 +25,11 @@ FEATURE_PRODUCE_OFFSETS: Final = "kip.produce.offsets"
 FEATURE_PRODUCE_CONDITIONAL: Final = "kip.produce.conditional"
 """ProduceMode EXPECTED_OFFSETS (KIP-27)."""
 FEATURE_MIN_VERSION: Final = 1
-FEATURE_MAX_VERSION: Final = 1
-"""Both features are advertised with MinVersion 1 and MaxVersion 1 (KIP-WIRE §1)."""
+FEATURE_MAX_VERSION: Final = 2
+"""Both features are advertised with MinVersion 1 and MaxVersion 2 (KIP-WIRE §1); version 2
+adds several batches of one partition in one request (§9)."""
+MULTI_BATCH_VERSION: Final = 2
+"""The feature version from which a partition may carry several batches (KIP-WIRE §9)."""
 
 PRODUCE_MODE_TAG: Final = 10000
 LOG_END_OFFSET_TAG: Final = 10000

@@ -27,19 +27,21 @@ API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
 @handles(API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, body):
     return build_response(
-        API_VERSIONS, ctx.api_version, api_keys=api_versions_table(), **_features(ctx.api_version)
+        API_VERSIONS, ctx.api_version, api_keys=api_versions_table(),
+        **_features(ctx.api_version, min(FEATURE_MAX_VERSION, ctx.broker.config.kip_wire_version))
     )
 
 
-def _features(version: int) -> dict:
-    """KIP-WIRE §1: the extensions this broker implements, in SupportedFeatures (v3+)."""
+def _features(version: int, max_version: int = FEATURE_MAX_VERSION) -> dict:
+    """KIP-WIRE §1: the extensions this broker implements, in SupportedFeatures (v3+);
+    ``max_version``: 2 with several batches per partition (§9), 1 without."""
     if version < 3:
         return {}
     return {"supported_features": [
         {"name": FEATURE_PRODUCE_OFFSETS, "min_version": FEATURE_MIN_VERSION,
-         "max_version": FEATURE_MAX_VERSION},
+         "max_version": max_version},
         {"name": FEATURE_PRODUCE_CONDITIONAL, "min_version": FEATURE_MIN_VERSION,
-         "max_version": FEATURE_MAX_VERSION},
+         "max_version": max_version},
     ]}
 
 

@@ -5,7 +5,8 @@ appends it with its base offset patched in place in the request's own buffer: no
 and no copy between the socket and the segment file.
 
 Per partition, in Kafka's order (../shared/reference/kafka-protocol-facts.md §3.3): unknown
-topic or partition; exactly one v2 batch; size <= max.message.bytes; CRC and record layout;
+topic or partition; exactly one v2 batch (with explicit offsets, KIP-WIRE version 2: one or
+more, see produce_unit.py); size <= max.message.bytes; CRC and record layout;
 client rules (baseOffset 0, no control batches, a sequence with every producer id);
 timestamps within message.timestamp.{before,after}.max.ms; keys on compacted topics; then the
 log's own checks (idempotent duplicate, epoch, sequence) and the append.
@@ -28,10 +29,11 @@ from kipproducer.errors import CorruptRecordError
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, EncodedAnswer
-from kipproducer.protocol.wire_extensions import ProduceMode
+from kipproducer.protocol.wire_extensions import MULTI_BATCH_VERSION, ProduceMode
 from kipproducer.records import validate_batch
 
 from ..api import RequestContext, handles
+from ..produce_unit import BatchUnit, UnitRefused, check_unit, split_records
 from ..producer_state import Duplicate, ProducerStateError
 from ..security.checks import (
     may_produce_with_offsets,
@@ -133,20 +135,55 @@ def _check_transactional(ctx: RequestContext, txn: TransactionalRequest | None, 
 
 def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASSIGN,
                  txn: TransactionalRequest | None = None, partition: int = -1):
-    """Everything checked before the log is touched; returns the validated Batch."""
+    """Everything checked before the log is touched; returns the validated Batch, or with
+    explicit offsets and several batches (KIP-WIRE §9) the checked BatchUnit."""
     config = info.config
     if records is None or len(records) == 0:
         raise PartitionRefused(ec.INVALID_RECORD, "a produce request needs one record batch")
-    if len(records) > config.max_message_bytes:
+    if mode == ProduceMode.ASSIGN:
+        _check_size(len(records), config)
+        try:
+            batch = validate_batch(records)
+        except CorruptRecordError as exc:
+            raise _corrupt(exc) from None
+        _check_one(ctx, info, batch, mode, txn, partition)
+        return batch
+    try:
+        parts = split_records(records)
+    except CorruptRecordError as exc:
+        raise _corrupt(exc) from None
+    for _, batch in parts:
+        _check_size(batch.size_in_bytes, config)
+        _check_one(ctx, info, batch, mode, txn, partition)
+    if len(parts) == 1:
+        return parts[0][1]
+    if ctx.broker.config.kip_wire_version < MULTI_BATCH_VERSION:
+        raise PartitionRefused(
+            ec.INVALID_RECORD,
+            f"{len(parts)} record batches for one partition; this broker advertises "
+            "KIP-WIRE version 1 (kip.wire.version=1): one batch per partition")
+    try:
+        return check_unit(parts, mode)
+    except UnitRefused as exc:
+        raise PartitionRefused(ec.INVALID_RECORD, str(exc)) from None
+
+
+def _check_size(size: int, config) -> None:
+    if size > config.max_message_bytes:
         raise PartitionRefused(
             ec.MESSAGE_TOO_LARGE,
-            f"batch of {len(records)} bytes exceeds max.message.bytes={config.max_message_bytes}",
+            f"batch of {size} bytes exceeds max.message.bytes={config.max_message_bytes}",
         )
-    try:
-        batch = validate_batch(records)
-    except CorruptRecordError as exc:
-        code = ec.CORRUPT_MESSAGE if exc.rule in ("crc", "truncated") else ec.INVALID_RECORD
-        raise PartitionRefused(code, str(exc)) from None
+
+
+def _corrupt(exc: CorruptRecordError) -> PartitionRefused:
+    code = ec.CORRUPT_MESSAGE if exc.rule in ("crc", "truncated") else ec.INVALID_RECORD
+    return PartitionRefused(code, str(exc))
+
+
+def _check_one(ctx: RequestContext, info, batch, mode: int,
+               txn: TransactionalRequest | None, partition: int) -> None:
+    """The rules for one validated batch of a producer."""
     if mode == ProduceMode.ASSIGN and batch.base_offset != 0:
         raise PartitionRefused(
             ec.INVALID_RECORD,
@@ -160,10 +197,9 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
         )
     if batch.is_transactional:
         _check_transactional(ctx, txn, batch, mode, info.name, partition)
-    _check_timestamps(config, batch)
-    if config.compact:
+    _check_timestamps(info.config, batch)
+    if info.config.compact:
         _check_keys(batch)
-    return batch
 
 
 def _check_timestamps(config, batch) -> None:
@@ -345,8 +381,12 @@ def _append(log_, records, batch, answer: dict, mode: int) -> bool:
     if mode == ProduceMode.EXPECTED_OFFSETS and batch.base_offset != -1:
         expected = batch.base_offset
     try:
-        result = log_.append(records, assign_offsets=mode != ProduceMode.USE_OFFSETS,
-                             expected_base_offset=expected, batch=batch)
+        if isinstance(batch, BatchUnit):
+            result = log_.append_unit(batch, assign_offsets=mode != ProduceMode.USE_OFFSETS,
+                                      expected_base_offset=expected)
+        else:
+            result = log_.append(records, assign_offsets=mode != ProduceMode.USE_OFFSETS,
+                                 expected_base_offset=expected, batch=batch)
     except InvalidAppendOffsetError as exc:
         _refuse(answer, ec.INVALID_PRODUCE_OFFSET, str(exc))
         return False

@@ -664,6 +664,88 @@ class PartitionLog:
                 base_offset, last_offset, log_append_time, self._log_start_offset, last_offset + 1
             )
 
+    def append_unit(
+        self,
+        unit,
+        *,
+        assign_offsets: bool,
+        leader_epoch: int = 0,
+        expected_base_offset: int | None = None,
+    ) -> AppendResult:
+        """Append several batches of one producer as one (KIP-WIRE §9), all or nothing.
+
+        ``unit`` is a :class:`~kipproducer.broker.produce_unit.BatchUnit`: its batches were
+        validated and checked against each other (offsets rising, sequences continuing).
+        The checks of :meth:`append` run once for the whole unit, in the same order: a retry
+        of the unit (same epoch, same first and last sequence) returns its original offsets;
+        ``expected_base_offset`` must equal the log end; explicit offsets start at or above
+        the log end; the producer epoch and sequence. Then every batch is written (offsets
+        patched in place when assigned) and the producer state records the unit as one entry
+        of its window. Nothing is written when a check fails.
+        """
+        with self._lock:
+            self._check_open()
+            config = self._config
+            producer_id = unit.producer_id
+            checked = None
+            if producer_id >= 0:
+                checked = self.producer_state.check_batch(unit)
+                if isinstance(checked, Duplicate):
+                    return AppendResult(
+                        checked.first_offset,
+                        checked.last_offset,
+                        checked.timestamp if config.log_append_time else -1,
+                        self._log_start_offset,
+                        self._segments[-1].next_offset,
+                        duplicate=True,
+                    )
+            log_end = self._segments[-1].next_offset
+            if expected_base_offset is not None and expected_base_offset != log_end:
+                raise OffsetMismatchError(expected_base_offset, log_end)
+            if not assign_offsets and unit.base_offset < log_end:
+                raise InvalidAppendOffsetError(unit.base_offset, log_end)
+            if isinstance(checked, Rejected):
+                raise ProducerStateError(checked)
+            log_append_time = _now_ms() if config.log_append_time else -1
+            next_offset = log_end
+            first_offset = -1
+            max_timestamp = -1
+            for buf, batch in unit.parts:
+                base_offset = next_offset if assign_offsets else batch.base_offset
+                last_offset = base_offset + batch.last_offset_delta
+                timestamp = log_append_time if log_append_time >= 0 else batch.max_timestamp
+                active = self._segments[-1]
+                if self._should_roll(active, len(buf), timestamp, last_offset):
+                    active = self._roll_locked(base_offset)
+                if base_offset != batch.base_offset:
+                    set_base_offset(buf, base_offset)
+                set_partition_leader_epoch(buf, leader_epoch)
+                if log_append_time >= 0:
+                    stamp_log_append_time(buf, log_append_time)
+                active.append(buf, base_offset, last_offset, timestamp)
+                if first_offset < 0:
+                    first_offset = base_offset
+                max_timestamp = max(max_timestamp, timestamp)
+                next_offset = last_offset + 1
+            last_offset = next_offset - 1
+            if producer_id >= 0:
+                self.producer_state.update(
+                    producer_id,
+                    unit.producer_epoch,
+                    unit.base_sequence,
+                    unit.last_offset_delta,  # the unit's sequence span: records - 1
+                    first_offset,
+                    last_offset,
+                    max_timestamp,
+                    is_transactional=unit.is_transactional,
+                )
+            self._unflushed_records += unit.record_count
+            if self._unflushed_records >= config.flush_messages:
+                self._flush_locked()
+            return AppendResult(
+                first_offset, last_offset, log_append_time, self._log_start_offset, next_offset
+            )
+
     def append_marker(
         self,
         producer_id: int,

@@ -1,0 +1,104 @@
+"""The engine's half of KIP-WIRE version 2 (§9): a partition's batches with explicit offsets
+travel as one unit per request to a broker that advertises version 2, one batch per request
+to a version 1 broker, and a unit whose answer was lost is sent again as exactly that unit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kip_support import ProduceWatchProxy, create_topic, kip_producer, read_confluent, unique
+
+from kipproducer.broker.embedded import EmbeddedBroker
+from kipproducer.errors import OffsetMismatchError
+
+RUNS = 600  # every other offset: each record is a run, so a batch, of its own
+
+
+@pytest.fixture(params=[2, 1], ids=["wire-v2", "wire-v1"])
+def watched_broker(request):
+    """(EmbeddedBroker of KIP-WIRE version ``param``, ProduceWatchProxy in front of it)."""
+    proxy = ProduceWatchProxy(0)
+    try:
+        with EmbeddedBroker(config={"advertised.port": proxy.port,
+                                    "kip.wire.version": request.param}) as b:
+            proxy.target_port = b.broker.server.port
+            yield b, proxy, request.param
+    finally:
+        proxy.close()
+
+
+def test_gapped_copy_travels_in_units(watched_broker):
+    b, proxy, version = watched_broker
+    bootstrap = b.bootstrap_servers
+    topic = create_topic(bootstrap, unique("units"), 2)
+    offsets = np.arange(0, 2 * RUNS, 2, dtype=np.int64) + 5
+    values = [b"v-%d" % o for o in offsets]
+    reports: list = []
+    with kip_producer(bootstrap, linger_ms=50) as p:
+        before = proxy.produce_requests
+        p.produce_arrays(topic, values, partition=0, offsets=offsets, per_record=True,
+                         on_delivery=lambda err, msg: reports.append((err, msg)))
+        # Per-record produce() with offsets, the other partition: the same path.
+        for o, v in zip(offsets.tolist(), values, strict=True):
+            p.produce(topic, v, b"k", partition=1, offset=o,
+                      on_delivery=lambda err, msg: reports.append((err, msg)))
+        assert p.flush(30) == 0
+        requests = proxy.produce_requests - before
+    assert [e for e, _ in reports if e is not None] == []
+    assert sorted((m.partition(), m.offset()) for _, m in reports) == sorted(
+        (part, o) for part in (0, 1) for o in offsets.tolist())
+    if version == 2:
+        assert requests <= 40, f"{requests} Produce requests for {2 * RUNS} runs"
+    else:
+        assert requests >= RUNS, f"a version 1 broker got {requests} requests for {RUNS} runs"
+    log = read_confluent(bootstrap, topic, 2, expected=2 * RUNS)
+    for part in (0, 1):
+        assert [(r.offset, r.value) for r in log if r.partition == part] == list(
+            zip(offsets.tolist(), values, strict=True))
+
+
+@pytest.mark.parametrize("watched_broker", [2], indirect=True, ids=["wire-v2"])
+@pytest.mark.parametrize("mode", ["offsets", "expected"])
+def test_unit_resent_whole_after_a_lost_answer(watched_broker, mode):
+    """The broker appends a unit but its answer is cut; the engine sends the same unit again
+    and the broker's idempotence window recognises it: every record reported at its offset,
+    each in the log once."""
+    b, proxy, _version = watched_broker  # (version 1: test_producer_offsets.py's lost answer)
+    bootstrap = b.bootstrap_servers
+    topic = create_topic(bootstrap, unique(f"cut-unit-{mode}"))
+    reports: list = []
+    with kip_producer(bootstrap, batch_num_messages=3, linger_ms=100,
+                      enable_idempotence=True) as p:
+        assert p.append(topic, [b"first"], partition=0, expected_offset=0) == 0
+        proxy.drop_next_produce_response()
+        values = [b"r-%d" % i for i in range(30)]
+        if mode == "offsets":
+            offsets = np.arange(10, 70, 2, dtype=np.int64)  # 30 runs of one record
+            p.produce_arrays(topic, values, partition=0, offsets=offsets, per_record=True,
+                             on_delivery=lambda err, msg: reports.append((err, msg)))
+            want = offsets.tolist()
+        else:  # 10 batches of 3 (batch.num.messages), each expecting where the last ends
+            p.produce_arrays(topic, values, partition=0, expected_offset=1, per_record=True,
+                             on_delivery=lambda err, msg: reports.append((err, msg)))
+            want = list(range(1, 31))
+        assert p.flush(30) == 0
+    assert proxy.dropped.is_set(), "the proxy never cut an answer"
+    assert [(err, msg.offset()) for err, msg in reports] == [(None, o) for o in want]
+    log = read_confluent(bootstrap, topic, 1, expected=31)
+    assert [(r.offset, r.value) for r in log] == [(0, b"first"), *zip(want, values,
+                                                                       strict=True)]
+
+
+def test_refused_unit_reports_every_batch(watched_broker):
+    """A unit whose first expectation is wrong is refused whole: each of its records gets
+    OFFSET_MISMATCH with the log end, and nothing is written."""
+    b, _proxy, version = watched_broker
+    bootstrap = b.bootstrap_servers
+    topic = create_topic(bootstrap, unique("refused-unit"))
+    with kip_producer(bootstrap, batch_num_messages=2) as p:
+        assert p.append(topic, [b"a", b"b"], partition=0) == 0
+        with pytest.raises(OffsetMismatchError) as info:
+            p.append(topic, [b"x-%d" % i for i in range(8)], partition=0, expected_offset=5,
+                     timeout=20)
+        assert info.value.log_end_offset == 2
+    assert [r.value for r in read_confluent(bootstrap, topic, 1, expected=2)] == [b"a", b"b"]
