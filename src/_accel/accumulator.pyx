@@ -79,6 +79,9 @@ cdef inline int64_t clock_ms(int which) noexcept nogil:
 cdef enum:
     POOL_SLOTS = 512
     POOL_MAX_BYTES = 64 << 20
+    # A closing batch with more than this much unused room (and using under a quarter of
+    # its buffer) moves to a buffer of its own size.
+    SHRINK_SLACK = 8192
 
 cdef unsigned char *pool_data[POOL_SLOTS]
 cdef Py_ssize_t pool_capacity[POOL_SLOTS]
@@ -395,8 +398,23 @@ cdef class RecordAccumulator:
     cdef int _close(self, PartitionState st) except -1:
         """Move the open batch to the partition's ready queue."""
         cdef ProducerBatch b
+        cdef unsigned char *fitted
+        cdef Py_ssize_t b_size
         if st.count == 0:
             return 0
+        if st.buf.capacity - st.buf.size > SHRINK_SLACK and st.buf.size * 4 < st.buf.capacity:
+            # A small batch closed early (an offset gap, a mode change, linger): it keeps a
+            # copy of just its bytes and the roomy buffer goes back to the pool for the next
+            # batch. Otherwise a copy of a compacted topic, a batch per run of offsets, held
+            # tens of KiB per tiny batch until its delivery report.
+            fitted = <unsigned char *>PyMem_Malloc(st.buf.size)
+            if fitted != NULL:
+                memcpy(fitted, st.buf.data, st.buf.size)
+                b_size = st.buf.size
+                pool_give(&st.buf)
+                st.buf.data = fitted
+                st.buf.size = b_size
+                st.buf.capacity = b_size
         b = ProducerBatch.__new__(ProducerBatch)
         b.buf = st.buf                      # ownership moves to the batch
         st.buf.data = NULL

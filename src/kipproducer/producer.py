@@ -706,10 +706,17 @@ class Producer(confluent_kafka.Producer):
         if engine is None:
             return 0
         served = 0
-        for report in engine.take_reports(timeout, prompt=prompt):
-            served += self._deliver(report)
-            engine.report_done(report.batch.record_count)
-            self._lane_done(report.batch.topic, ENGINE, report.batch.record_count)
+        done: dict[str, int] = {}  # records reported per topic, settled once per pile
+        try:
+            for report in engine.take_reports(timeout, prompt=prompt):
+                batch = report.batch
+                done[batch.topic] = done.get(batch.topic, 0) + batch.record_count
+                served += self._deliver(report)
+        finally:
+            if done:
+                engine.report_done(sum(done.values()))
+                for topic, count in done.items():
+                    self._lane_done(topic, ENGINE, count)
         return served
 
     def _deliver(self, report) -> int:

@@ -116,6 +116,18 @@ def _records_by_partition(batches: list[ProducerBatch]):
         yield topic, partition, datas[0] if len(datas) == 1 else b"".join(datas)
 
 
+def _leave_flight(sender: PartitionSender, batch: ProducerBatch) -> None:
+    """Take an answered batch out of its partition's in-flight queue (answers come in
+    order, so it is the first one but after a lost connection)."""
+    in_flight = sender.in_flight
+    if in_flight and in_flight[0] is batch:
+        in_flight.popleft()
+    elif batch in in_flight:
+        in_flight.remove(batch)
+    if sender.units:
+        sender.units.pop(id(batch), None)
+
+
 def first_opaque(batch: ProducerBatch) -> Any:
     runs = batch.opaque_runs
     return runs[0][1] if runs else None
@@ -179,7 +191,7 @@ class Wakeup:
             waiter.set_result(None)
 
 
-@dataclass
+@dataclass(slots=True)
 class DeliveryReport:
     """One batch's outcome, served to callbacks by poll()."""
 
@@ -196,7 +208,7 @@ class PartitionSender:
     topic: str
     partition: int
     pending: deque = field(default_factory=deque)    # drained, not sent, in order
-    in_flight: list = field(default_factory=list)    # sent, no answer yet, in order
+    in_flight: deque = field(default_factory=deque)  # sent, no answer yet, in order
     failed: list = field(default_factory=list)       # to resend once in_flight is empty
     retry_at: float = 0.0                            # monotonic seconds
     conn: Any = None                                 # the connection in_flight went out on
@@ -906,6 +918,7 @@ class Engine:
         # Records of a partition's unit (KIP-WIRE §9) before each batch: with assigned offsets
         # (KIP-27) a batch lands that far after the unit's base offset.
         ahead: dict[tuple[str, int], int] = {}
+        delivered: list[DeliveryReport] = []  # reported together: one lock, one wake-up
         for batch in batches:
             key = (batch.topic, batch.partition)
             before = ahead.get(key, 0)
@@ -928,7 +941,9 @@ class Engine:
                 if before and base >= 0:
                     base = (batch.base_offset if mode == ProduceMode.USE_OFFSETS
                             else base + before)
-                self._complete(batch, None, base, getattr(answer, "log_append_time", -1))
+                _leave_flight(self._sender_for(batch.topic, batch.partition), batch)
+                delivered.append(DeliveryReport(batch, None, base,
+                                                getattr(answer, "log_append_time", -1)))
             elif code == ec.DUPLICATE_SEQUENCE_NUMBER:
                 # Written before; with a ProduceMode its offsets are the batch's own.
                 self._complete(batch, None, batch.base_offset if mode else -1)
@@ -936,6 +951,8 @@ class Engine:
                 refresh = refresh or code in _METADATA_ERRORS
                 message = getattr(answer, "error_message", None)
                 self._on_error(batch, kafka_error(code, message))
+        if delivered:
+            self._report_delivered(delivered)
         if refresh:
             self._need_metadata = True
         if not self._send_next(conn, batches):
@@ -1034,8 +1051,7 @@ class Engine:
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, *,
                        force_retry: bool = False) -> None:
         sender = self._sender_for(batch.topic, batch.partition)
-        if batch in sender.in_flight:
-            sender.in_flight.remove(batch)
+        _leave_flight(sender, batch)
         if self._expired(batch) or (not force_retry and batch.attempts > self.config.retries):
             self._finish(batch, error, -1)
             return
@@ -1051,11 +1067,7 @@ class Engine:
 
     def _complete(self, batch: ProducerBatch, error, base_offset: int,
                   log_append_time: int = -1) -> None:
-        sender = self._sender_for(batch.topic, batch.partition)
-        if batch in sender.in_flight:
-            sender.in_flight.remove(batch)
-        if sender.units:
-            sender.units.pop(id(batch), None)
+        _leave_flight(self._sender_for(batch.topic, batch.partition), batch)
         self._report(batch, error, base_offset, log_append_time)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
@@ -1075,6 +1087,18 @@ class Engine:
                 self._complete(waiting, continuation_error(chain), -1)
                 chain = (chain[0], waiting.base_offset + waiting.record_count, chain[2])
         sender.broken_chain = chain
+
+    def _report_delivered(self, reports: list[DeliveryReport]) -> None:
+        """What _report does for batches written without error, for a request's worth."""
+        self._done_batches.extend(report.batch for report in reports)
+        records = sum(report.batch.record_count for report in reports)
+        with self._reports_cv:
+            was_empty = not self._reports
+            self._reports.extend(reports)
+            self._piled_records += records
+            if ((self._prompt_waiters and was_empty)
+                    or self._piled_records >= self._outstanding):
+                self._reports_cv.notify_all()
 
     def _report(self, batch: ProducerBatch, error, base_offset: int,
                 log_append_time: int = -1, *, release: bool = True) -> None:
