@@ -41,6 +41,7 @@ from ..security.checks import (
 )
 from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
 from ..storage.log_config import LONG_MAX
+from ..storage.recompress import recompress
 from .common import logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
@@ -133,7 +134,9 @@ def _check_transactional(ctx: RequestContext, txn: TransactionalRequest | None, 
 
 def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASSIGN,
                  txn: TransactionalRequest | None = None, partition: int = -1):
-    """Everything checked before the log is touched; returns the validated Batch."""
+    """Everything checked before the log is touched; returns (the batch's buffer, the
+    validated Batch): the request's own bytes, or new ones recompressed to the topic's
+    compression.type."""
     config = info.config
     if records is None or len(records) == 0:
         raise PartitionRefused(ec.INVALID_RECORD, "a produce request needs one record batch")
@@ -163,7 +166,25 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
     _check_timestamps(config, batch)
     if config.compact:
         _check_keys(batch)
-    return batch
+    return _apply_compression_type(config, records, batch)
+
+
+def _apply_compression_type(config, records, batch):
+    """Kafka's LogValidator rule: a batch whose codec is not the topic's is recompressed."""
+    try:
+        rewritten = recompress(records, batch.attributes, config)
+    except CorruptRecordError as exc:
+        raise PartitionRefused(ec.CORRUPT_MESSAGE, str(exc)) from None
+    if rewritten is None:
+        return records, batch
+    if len(rewritten) > config.max_message_bytes:
+        raise PartitionRefused(
+            ec.MESSAGE_TOO_LARGE,
+            f"batch of {len(rewritten)} bytes after recompression to "
+            f"{config.compression_type} exceeds max.message.bytes={config.max_message_bytes}",
+        )
+    # The log appends the Batch parsed from the very buffer it writes.
+    return rewritten, validate_batch(rewritten)
 
 
 def _check_timestamps(config, batch) -> None:
@@ -231,8 +252,8 @@ async def produce(ctx: RequestContext, body):
                 # raises for a partition that does not exist (or may not be written), so
                 # log_ below is always this partition's
                 _check_request(ctx, body, mode, info, pdata.index, writable)
-                batch = _check_batch(ctx, info, pdata.records, mode, txn, pdata.index)
-                accepted.append((log_, pdata.records, batch, answer))
+                records, batch = _check_batch(ctx, info, pdata.records, mode, txn, pdata.index)
+                accepted.append((log_, records, batch, answer))
             except RequestRefused as refused:
                 refused_request = refused_request or (refused.error_code, refused.message)
             except PartitionRefused as refused:
