@@ -2,7 +2,9 @@
 
 The produce path validates every batch with the native decoder (CRC, layout, records), then
 appends it with its base offset patched in place in the request's own buffer: no re-encoding
-and no copy between the socket and the segment file.
+and no copy between the socket and the segment file. The one exception is a topic whose
+compression.type names another codec than the batch's: that batch is rewritten first
+(storage/recompress.py).
 
 Per partition, in Kafka's order (../shared/reference/kafka-protocol-facts.md §3.3): unknown
 topic or partition; exactly one v2 batch; size <= max.message.bytes; CRC and record layout;
@@ -171,6 +173,8 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
 
 def _apply_compression_type(config, records, batch):
     """Kafka's LogValidator rule: a batch whose codec is not the topic's is recompressed."""
+    if config.compression_type == "producer":  # the default: the request's bytes as they are
+        return records, batch
     try:
         rewritten = recompress(records, batch.attributes, config)
     except CorruptRecordError as exc:
