@@ -160,10 +160,7 @@ def _log_rows(broker: Broker) -> list[BrokerEntry]:
                     value //= synonym.unit_ms
                 default = definition.render(value)
             text = given.get(synonym.name, default)
-            config_type = definition.config_type
-            if synonym.name == "message.max.bytes":
-                config_type = TYPE_INT
-            rows.append(_row(synonym.name, text, synonym.name in given, config_type,
+            rows.append(_row(synonym.name, text, synonym.name in given, definition.config_type,
                              f"broker default of the topic config {definition.name}", default))
     return rows
 
