@@ -39,17 +39,21 @@ def codec_id(name: str | None) -> int:
         ) from None
 
 
-def compress(codec: int, data) -> bytes:
+def compress(codec: int, data, level: int | None = None) -> bytes:
+    """Compress a records section; ``level``: the codec's level (None: its default).
+
+    The broker passes a topic's compression.{gzip,lz4,zstd}.level; snappy has no levels.
+    """
     if codec == GZIP:
-        return bytes(cramjam.gzip.compress(data))
+        return bytes(cramjam.gzip.compress(data, level=level))
     if codec == SNAPPY:
         return _snappy_xerial(memoryview(data))
     if codec == LZ4:
-        c = cramjam.lz4.Compressor(content_checksum=False, block_linked=False)
+        c = cramjam.lz4.Compressor(level=level, content_checksum=False, block_linked=False)
         c.compress(data if isinstance(data, bytes) else bytes(data))
         return bytes(c.finish())
     if codec == ZSTD:
-        return bytes(cramjam.zstd.compress(data))
+        return bytes(cramjam.zstd.compress(data, level=level))
     raise ValueError(f"unknown compression codec id {codec}")
 
 

@@ -12,24 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-# Broker property -> topic config it supplies the default for (Kafka's names).
-TOPIC_DEFAULTS_FROM_BROKER = {
-    "log.segment.bytes": "segment.bytes",
-    "log.roll.ms": "segment.ms",
-    "log.retention.ms": "retention.ms",
-    "log.retention.bytes": "retention.bytes",
-    "log.cleanup.policy": "cleanup.policy",
-    "log.cleaner.delete.retention.ms": "delete.retention.ms",
-    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
-    "log.flush.interval.messages": "flush.messages",
-    "log.flush.interval.ms": "flush.ms",
-    "log.index.interval.bytes": "index.interval.bytes",
-    "message.max.bytes": "max.message.bytes",
-    "log.message.timestamp.type": "message.timestamp.type",
-    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
-    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
-    "min.insync.replicas": "min.insync.replicas",
-}
+from .storage.topic_configs import BROKER_SYNONYMS, TOPIC_CONFIG_BY_NAME
+
+#: Broker property -> topic config it supplies the default for (Kafka's names), for every
+#: broker synonym of a topic config (log.retention.hours, log.roll.ms, compression.type, ...).
+TOPIC_DEFAULTS_FROM_BROKER = {name: topic for name, (topic, _unit) in BROKER_SYNONYMS.items()}
 
 
 class BrokerConfigError(ValueError):
@@ -208,7 +195,10 @@ class BrokerConfig:
             "keeps Kafka's one batch per partition (what an older broker does)",
         },
     )
+    #: Topic config defaults set on the broker, by topic config name and in its units.
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    #: The same properties as given, by their broker names (DescribeConfigs reports these).
+    log_properties: dict[str, str] = field(default_factory=dict)
     #: The property names given at start (DescribeConfigs reports them as
     #: STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG, as Kafka does).
     explicit: frozenset[str] = field(default_factory=frozenset)
@@ -221,10 +211,10 @@ class BrokerConfig:
     def from_properties(cls, props: Mapping[str, Any] | None = None) -> BrokerConfig:
         known = cls.properties()
         values: dict[str, Any] = {}
-        topic_defaults: dict[str, str] = {}
+        log_properties: dict[str, str] = {}
         for name, raw in (props or {}).items():
-            if name in TOPIC_DEFAULTS_FROM_BROKER:
-                topic_defaults[TOPIC_DEFAULTS_FROM_BROKER[name]] = str(raw)
+            if name in BROKER_SYNONYMS:
+                log_properties[name] = str(raw)
                 continue
             spec = known.get(name)
             if spec is None:
@@ -242,7 +232,12 @@ class BrokerConfig:
             except ValueError as exc:
                 raise BrokerConfigError(f"broker property {name}={raw!r}: {exc}") from None
             values[spec.name] = value
-        config = cls(**values, topic_defaults=topic_defaults, explicit=frozenset(props or ()))
+        config = cls(
+            **values,
+            topic_defaults=_topic_defaults(log_properties),
+            log_properties=log_properties,
+            explicit=frozenset(props or ()),
+        )
         if config.socket_request_max_bytes < 1024:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
         if config.num_partitions < 1:
@@ -255,3 +250,27 @@ class BrokerConfig:
             if getattr(config, known[name].name) < 1:
                 raise BrokerConfigError(f"{name} must be at least 1")
         return config
+
+
+def _topic_defaults(log_properties: Mapping[str, str]) -> dict[str, str]:
+    """Broker synonyms -> topic config defaults, in the topic config's units.
+
+    Where several synonyms of one config are set, the most specific wins, as in Kafka:
+    log.retention.ms over log.retention.minutes over log.retention.hours.
+    """
+    defaults: dict[str, str] = {}
+    for topic_name, definition in TOPIC_CONFIG_BY_NAME.items():
+        for synonym in definition.synonyms:
+            raw = log_properties.get(synonym.name)
+            if raw is None:
+                continue
+            if synonym.unit_ms != 1:
+                try:
+                    raw = str(int(raw.strip()) * synonym.unit_ms)
+                except ValueError:
+                    raise BrokerConfigError(
+                        f"broker property {synonym.name}={raw!r}: expected an integer"
+                    ) from None
+            defaults[topic_name] = raw
+            break
+    return defaults

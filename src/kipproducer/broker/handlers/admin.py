@@ -14,6 +14,7 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
+from ..broker_config_defs import BrokerEntry, describe_broker
 from ..security.checks import (
     may_alter_configs,
     may_alter_topic,
@@ -26,15 +27,12 @@ from ..storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     OffsetOutOfRangeError,
+    ReservedTopicError,
     StorageError,
     TopicExistsError,
     UnknownTopicError,
 )
-from ..storage.log_config import (
-    SOURCE_DEFAULT_CONFIG,
-    SOURCE_STATIC_BROKER_CONFIG,
-    TYPE_LIST,
-)
+from ..storage.log_config import TYPE_LIST
 from .common import INVALID_CONFIG, logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
@@ -63,6 +61,8 @@ def _error_of(exc: Exception) -> int:
         return ec.INVALID_PARTITIONS
     if isinstance(exc, InvalidConfigError):
         return INVALID_CONFIG
+    if isinstance(exc, ReservedTopicError):
+        return ec.INVALID_REQUEST
     if isinstance(exc, UnknownTopicError):
         return ec.UNKNOWN_TOPIC_OR_PARTITION
     if isinstance(exc, (StorageError, OSError)):
@@ -211,36 +211,25 @@ async def create_partitions(ctx: RequestContext, body):
     return build_response(CREATE_PARTITIONS, ctx.api_version, results=results)
 
 
-def _broker_entries(ctx: RequestContext) -> list[dict]:
-    from ..broker_config import TOPIC_DEFAULTS_FROM_BROKER, BrokerConfig
-
-    config = ctx.broker.config
-    values: dict[str, str | None] = {}
-    for name, spec in BrokerConfig.properties().items():
-        value = getattr(config, spec.name)
-        if isinstance(value, bool):
-            values[name] = str(value).lower()
-        else:
-            values[name] = None if value is None else str(value)
-    # Topic-config defaults given to the broker (log.flush.interval.messages, ...) are broker
-    # properties too; the ones not given are only known as the topics' own defaults.
-    for name, topic_name in TOPIC_DEFAULTS_FROM_BROKER.items():
-        if topic_name in config.topic_defaults:
-            values[name] = config.topic_defaults[topic_name]
-    return [
-        {
-            "name": name,
-            "value": text,
-            "read_only": True,
-            # Kafka reports a property set in the broker's configuration as
-            # STATIC_BROKER_CONFIG, one left alone as DEFAULT_CONFIG.
-            "config_source": (
-                SOURCE_STATIC_BROKER_CONFIG if name in config.explicit else SOURCE_DEFAULT_CONFIG
-            ),
-            "is_sensitive": False,
-        }
-        for name, text in sorted(values.items())
-    ]
+def _config_row(entry, v: int, include_synonyms: bool, include_documentation: bool) -> dict:
+    """One DescribeConfigs row from a ConfigEntry (topic) or BrokerEntry (broker)."""
+    broker = isinstance(entry, BrokerEntry)
+    row = {
+        "name": entry.name,
+        "value": entry.value,
+        # Broker configs cannot change while the broker runs; topic configs can.
+        "read_only": broker,
+        "config_source": entry.source,
+        "is_sensitive": False,
+        "synonyms": [
+            {"name": s.name, "value": s.value, "source": s.source}
+            for s in (entry.synonyms if include_synonyms else ())
+        ],
+    }
+    if v >= 3:
+        row["config_type"] = entry.config_type
+        row["documentation"] = entry.documentation if include_documentation else None
+    return row
 
 
 def _config_auth_error(resource_type: int) -> int:
@@ -253,6 +242,8 @@ def _config_auth_error(resource_type: int) -> int:
 async def describe_configs(ctx: RequestContext, body):
     logs = logs_of(ctx)
     v = ctx.api_version
+    synonyms = bool(body.include_synonyms)
+    documentation = v >= 3 and bool(body.include_documentation)
     results = []
     for res in body.resources:
         answer = {
@@ -276,22 +267,10 @@ async def describe_configs(ctx: RequestContext, body):
                 results.append(answer)
                 continue
             names = list(res.configuration_keys) if res.configuration_keys else None
-            configs = []
-            for e in info.config.describe(names):
-                entry = {
-                    "name": e.name,
-                    "value": e.value,
-                    "read_only": e.read_only,
-                    "config_source": e.source,
-                    "is_sensitive": e.sensitive,
-                }
-                if v >= 1:
-                    entry["synonyms"] = ()
-                if v >= 3:
-                    entry["config_type"] = e.config_type
-                    entry["documentation"] = e.documentation if body.include_documentation else None
-                configs.append(entry)
-            answer["configs"] = configs
+            answer["configs"] = [
+                _config_row(e, v, synonyms, documentation)
+                for e in info.config.describe(names, ctx.broker.config.log_properties)
+            ]
         elif res.resource_type == RESOURCE_BROKER:
             if res.resource_name not in ("", str(ctx.broker.node_id)):
                 answer.update(
@@ -299,15 +278,12 @@ async def describe_configs(ctx: RequestContext, body):
                     error_message=f"no broker {res.resource_name!r} here",
                 )
             else:
-                entries = _broker_entries(ctx)
                 keys = set(res.configuration_keys or ())
-                for entry in entries:
-                    if v >= 1:
-                        entry["synonyms"] = ()
-                    if v >= 3:
-                        entry["config_type"] = 2
-                        entry["documentation"] = None
-                answer["configs"] = [e for e in entries if not keys or e["name"] in keys]
+                answer["configs"] = [
+                    _config_row(e, v, synonyms, documentation)
+                    for e in describe_broker(ctx.broker)
+                    if not keys or e.name in keys
+                ]
         else:
             answer.update(
                 error_code=ec.INVALID_REQUEST,

@@ -16,7 +16,14 @@ from kipproducer.protocol.wire_extensions import (
 from ..api import RequestContext, handles
 from ..security.checks import may_create_topic, may_describe_topic
 from ..server import api_versions_table
-from ..storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
+from ..storage.errors import (
+    InternalTopicError,
+    InvalidTopicError,
+    ReservedTopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from ..storage.log_manager import is_internal_topic
 from .common import AUTHORIZED_OPERATIONS_OMITTED, LEADER_EPOCH, logs_of
 
 log = logging.getLogger("kipproducer.broker")
@@ -78,6 +85,9 @@ def _maybe_create(ctx: RequestContext, name: str, allowed: bool):
         return None, ec.TOPIC_AUTHORIZATION_FAILED  # Kafka's answer when creation is refused
     try:
         return logs.create_topic(name, ctx.broker.config.num_partitions), ec.NONE
+    except (InternalTopicError, ReservedTopicError):
+        # Never auto-created: their data lives in the data dir's own logs.
+        return None, ec.UNKNOWN_TOPIC_OR_PARTITION
     except TopicExistsError:
         return logs.topic(name), ec.NONE
     except InvalidTopicError:
@@ -149,7 +159,7 @@ async def metadata(ctx: RequestContext, body):
         # Each field only from the version that has it (v1 is_internal, v8 authorized
         # operations, v10 topic_id): build_response refuses fields a version lacks.
         if v >= 1:
-            topic["is_internal"] = False
+            topic["is_internal"] = is_internal_topic(info.name)
         if v >= 8:
             topic["topic_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
         if v >= 10:

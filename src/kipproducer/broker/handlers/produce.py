@@ -2,7 +2,9 @@
 
 The produce path validates every batch with the native decoder (CRC, layout, records), then
 appends it with its base offset patched in place in the request's own buffer: no re-encoding
-and no copy between the socket and the segment file.
+and no copy between the socket and the segment file. The one exception is a topic whose
+compression.type names another codec than the batch's: that batch is rewritten first
+(storage/recompress.py).
 
 Per partition, in Kafka's order (../shared/reference/kafka-protocol-facts.md §3.3): unknown
 topic or partition; exactly one v2 batch (with explicit offsets, KIP-WIRE version 2: one or
@@ -43,6 +45,7 @@ from ..security.checks import (
 )
 from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
 from ..storage.log_config import LONG_MAX
+from ..storage.recompress import recompress
 from .common import logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
@@ -135,8 +138,10 @@ def _check_transactional(ctx: RequestContext, txn: TransactionalRequest | None, 
 
 def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASSIGN,
                  txn: TransactionalRequest | None = None, partition: int = -1):
-    """Everything checked before the log is touched; returns the validated Batch, or with
-    explicit offsets and several batches (KIP-WIRE §9) the checked BatchUnit."""
+    """Everything checked before the log is touched; returns (the batch's buffer, the
+    validated Batch): the request's own bytes, or new ones recompressed to the topic's
+    compression.type. With explicit offsets and several batches (KIP-WIRE §9): (None, the
+    checked BatchUnit), each of its parts recompressed the same way."""
     config = info.config
     if records is None or len(records) == 0:
         raise PartitionRefused(ec.INVALID_RECORD, "a produce request needs one record batch")
@@ -147,7 +152,7 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
         except CorruptRecordError as exc:
             raise _corrupt(exc) from None
         _check_one(ctx, info, batch, mode, txn, partition)
-        return batch
+        return _apply_compression_type(config, records, batch)
     try:
         parts = split_records(records)
     except CorruptRecordError as exc:
@@ -156,16 +161,19 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
         _check_size(batch.size_in_bytes, config)
         _check_one(ctx, info, batch, mode, txn, partition)
     if len(parts) == 1:
-        return parts[0][1]
+        return _apply_compression_type(config, records, parts[0][1])
     if ctx.broker.config.kip_wire_version < MULTI_BATCH_VERSION:
         raise PartitionRefused(
             ec.INVALID_RECORD,
             f"{len(parts)} record batches for one partition; this broker advertises "
             "KIP-WIRE version 1 (kip.wire.version=1): one batch per partition")
     try:
-        return check_unit(parts, mode)
+        unit = check_unit(parts, mode)
     except UnitRefused as exc:
         raise PartitionRefused(ec.INVALID_RECORD, str(exc)) from None
+    if config.compression_type != "producer":
+        unit.parts = [_apply_compression_type(config, buf, batch) for buf, batch in parts]
+    return None, unit
 
 
 def _check_size(size: int, config) -> None:
@@ -200,6 +208,26 @@ def _check_one(ctx: RequestContext, info, batch, mode: int,
     _check_timestamps(info.config, batch)
     if info.config.compact:
         _check_keys(batch)
+
+
+def _apply_compression_type(config, records, batch):
+    """Kafka's LogValidator rule: a batch whose codec is not the topic's is recompressed."""
+    if config.compression_type == "producer":  # the default: the request's bytes as they are
+        return records, batch
+    try:
+        rewritten = recompress(records, batch.attributes, config)
+    except CorruptRecordError as exc:
+        raise PartitionRefused(ec.CORRUPT_MESSAGE, str(exc)) from None
+    if rewritten is None:
+        return records, batch
+    if len(rewritten) > config.max_message_bytes:
+        raise PartitionRefused(
+            ec.MESSAGE_TOO_LARGE,
+            f"batch of {len(rewritten)} bytes after recompression to "
+            f"{config.compression_type} exceeds max.message.bytes={config.max_message_bytes}",
+        )
+    # The log appends the Batch parsed from the very buffer it writes.
+    return rewritten, validate_batch(rewritten)
 
 
 def _check_timestamps(config, batch) -> None:
@@ -267,8 +295,8 @@ async def produce(ctx: RequestContext, body):
                 # raises for a partition that does not exist (or may not be written), so
                 # log_ below is always this partition's
                 _check_request(ctx, body, mode, info, pdata.index, writable)
-                batch = _check_batch(ctx, info, pdata.records, mode, txn, pdata.index)
-                accepted.append((log_, pdata.records, batch, answer))
+                records, batch = _check_batch(ctx, info, pdata.records, mode, txn, pdata.index)
+                accepted.append((log_, records, batch, answer))
             except RequestRefused as refused:
                 refused_request = refused_request or (refused.error_code, refused.message)
             except PartitionRefused as refused:

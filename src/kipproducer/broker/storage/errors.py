@@ -16,6 +16,7 @@ INVALID_TOPIC_EXCEPTION = 17
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
 INVALID_CONFIG = 40
+INVALID_REQUEST = 42
 KAFKA_STORAGE_ERROR = 56
 OFFSET_MISMATCH = 10027
 INVALID_PRODUCE_OFFSET = 10391
@@ -98,6 +99,17 @@ class UnknownTopicError(StorageError, KeyError):
 
 class TopicExistsError(StorageError):
     error_code = TOPIC_ALREADY_EXISTS
+
+
+class InternalTopicError(TopicExistsError):
+    """A CreateTopics of __consumer_offsets or __transaction_state: Kafka's answer is that the
+    topic exists (its coordinators create it); here their data lives outside the topics."""
+
+
+class ReservedTopicError(StorageError):
+    """A CreateTopics of a name no client may create (__cluster_metadata)."""
+
+    error_code = INVALID_REQUEST
 
 
 class InvalidTopicError(StorageError, ValueError):

@@ -1,284 +1,64 @@
-"""Topic-level log configs with Kafka's names, defaults and validation rules.
+"""Topic-level log configs: the effective values of one topic, parsed and validated.
 
 CreateTopics, AlterConfigs and DescribeConfigs carry configs as strings; ``LogConfig.parse``
 turns them into typed values and rejects what Kafka rejects with an ``InvalidConfigError``
 naming the config. ``LogConfig.describe`` lists every config with its source (topic
-override, broker default or built-in default) as DescribeConfigs reports them.
-
-Values follow today's Kafka (4.x) with two deliberate exceptions, both documented on the
-definitions below: ``segment.bytes`` keeps the 3.x minimum of 14 bytes so that tests and small
-brokers can roll segments cheaply, and ``check.expected.offsets`` is kipproducer's own config
-(docs/KIP-WIRE §4).
+override, broker default or built-in default) and its broker synonyms, as DescribeConfigs
+reports them. The configs themselves (names, types, defaults, validation) are the table in
+topic_configs.py; ``segment.bytes`` keeps the 3.x minimum of 14 bytes so that tests and small
+brokers can roll segments cheaply.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
+from .config_def import (
+    INT_MAX,
+    LONG_MAX,
+    SOURCE_DEFAULT_CONFIG,
+    SOURCE_STATIC_BROKER_CONFIG,
+    SOURCE_TOPIC_CONFIG,
+    TYPE_BOOLEAN,
+    TYPE_DOUBLE,
+    TYPE_INT,
+    TYPE_LIST,
+    TYPE_LONG,
+    TYPE_STRING,
+    ConfigDef,
+)
 from .errors import InvalidConfigError
-
-LONG_MAX: Final = 2**63 - 1
-INT_MAX: Final = 2**31 - 1
-
-CLEANUP_DELETE: Final = "delete"
-CLEANUP_COMPACT: Final = "compact"
-CREATE_TIME: Final = "CreateTime"
-LOG_APPEND_TIME: Final = "LogAppendTime"
-
-# DescribeConfigs ConfigSource values (DescribeConfigsResponse.ConfigSource).
-SOURCE_TOPIC_CONFIG: Final = 1  # DYNAMIC_TOPIC_CONFIG
-SOURCE_STATIC_BROKER_CONFIG: Final = 4
-SOURCE_DEFAULT_CONFIG: Final = 5
-
-# DescribeConfigs v3+ ConfigType values.
-TYPE_BOOLEAN: Final = 1
-TYPE_STRING: Final = 2
-TYPE_INT: Final = 3
-TYPE_LONG: Final = 5
-TYPE_LIST: Final = 7
-
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    """One topic config: its Kafka name, type, default and what values are valid."""
-
-    name: str
-    attr: str  # the LogConfig attribute holding the parsed value
-    config_type: int  # TYPE_* (DescribeConfigs ConfigType)
-    default: Any
-    validate: Callable[[Any], str | None]  # returns why a parsed value is invalid, or None
-    broker_name: str | None  # the broker-level property that supplies the default
-    doc: str
-
-    def parse(self, text: str | None) -> Any:
-        """The typed value of ``text``; raises InvalidConfigError for a malformed or bad one."""
-        if text is None:
-            raise InvalidConfigError(self.name, text, "null values are not supported")
-        if not isinstance(text, str):
-            raise InvalidConfigError(self.name, text, "config values are strings")
-        stripped = text.strip()
-        value: Any
-        if self.config_type in (TYPE_INT, TYPE_LONG):
-            if not _INTEGER.fullmatch(stripped):
-                raise InvalidConfigError(self.name, text, "expected an integer")
-            value = int(stripped)
-            bound = INT_MAX if self.config_type == TYPE_INT else LONG_MAX
-            if not -bound - 1 <= value <= bound:
-                kind = "an int" if self.config_type == TYPE_INT else "a long"
-                raise InvalidConfigError(self.name, text, f"does not fit {kind}")
-        elif self.config_type == TYPE_BOOLEAN:
-            lowered = stripped.lower()
-            if lowered not in ("true", "false"):
-                raise InvalidConfigError(self.name, text, "expected true or false")
-            value = lowered == "true"
-        elif self.config_type == TYPE_LIST:
-            value = tuple(item.strip() for item in stripped.split(",")) if stripped else ()
-        else:
-            value = stripped
-        self.check(value)
-        return value
-
-    def check(self, value: Any) -> None:
-        reason = self.validate(value)
-        if reason is not None:
-            raise InvalidConfigError(self.name, self.render(value), reason)
-
-    def render(self, value: Any) -> str:
-        """The string form DescribeConfigs reports."""
-        if self.config_type == TYPE_BOOLEAN:
-            return "true" if value else "false"
-        if self.config_type == TYPE_LIST:
-            return ",".join(value)
-        return str(value)
-
-
-def _at_least(minimum: int) -> Callable[[Any], str | None]:
-    def validate(value: Any) -> str | None:
-        return None if value >= minimum else f"must be at least {minimum}"
-
-    return validate
-
-
-def _any_value(value: Any) -> str | None:
-    return None
-
-
-def _one_of(*choices: str) -> Callable[[Any], str | None]:
-    def validate(value: Any) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}"
-
-    return validate
-
-
-def _cleanup_policy(value: Any) -> str | None:
-    if not value:
-        return "must name at least one of compact, delete"
-    unknown = [item for item in value if item not in (CLEANUP_COMPACT, CLEANUP_DELETE)]
-    if unknown:
-        return f"unknown policy {unknown[0]!r}; valid values are compact, delete"
-    if len(set(value)) != len(value):
-        return "lists a policy twice"
-    return None
-
-
-# Kafka's TopicConfig definitions, in the order DescribeConfigs lists them.
-CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
-    ConfigDef(
-        name="check.expected.offsets",
-        attr="check_expected_offsets",
-        config_type=TYPE_BOOLEAN,
-        default=False,
-        validate=_any_value,
-        broker_name=None,
-        doc="kipproducer: when true the topic accepts only EXPECTED_OFFSETS produce requests "
-        "(KIP-27); any other mode gets POLICY_VIOLATION.",
-    ),
-    ConfigDef(
-        name="cleanup.policy",
-        attr="cleanup_policy",
-        config_type=TYPE_LIST,
-        default=(CLEANUP_DELETE,),
-        validate=_cleanup_policy,
-        broker_name="log.cleanup.policy",
-        doc="delete, compact or both: drop old segments, keep the latest value per key, or both.",
-    ),
-    ConfigDef(
-        name="delete.retention.ms",
-        attr="delete_retention_ms",
-        config_type=TYPE_LONG,
-        default=86_400_000,
-        validate=_at_least(0),
-        broker_name="log.cleaner.delete.retention.ms",
-        doc="How long a tombstone survives compaction, so readers from offset 0 see deletes.",
-    ),
-    ConfigDef(
-        name="flush.messages",
-        attr="flush_messages",
-        config_type=TYPE_LONG,
-        default=LONG_MAX,
-        validate=_at_least(1),
-        broker_name="log.flush.interval.messages",
-        doc="fsync after this many records; 1 syncs every append before it is acknowledged.",
-    ),
-    ConfigDef(
-        name="flush.ms",
-        attr="flush_ms",
-        config_type=TYPE_LONG,
-        default=LONG_MAX,
-        validate=_at_least(0),
-        broker_name="log.flush.interval.ms",
-        doc="fsync when the oldest unflushed data is this old (checked by the periodic task).",
-    ),
-    ConfigDef(
-        name="index.interval.bytes",
-        attr="index_interval_bytes",
-        config_type=TYPE_INT,
-        default=4096,
-        validate=_at_least(0),
-        broker_name="log.index.interval.bytes",
-        doc="Bytes of log between two offset index entries.",
-    ),
-    ConfigDef(
-        name="max.message.bytes",
-        attr="max_message_bytes",
-        config_type=TYPE_INT,
-        default=1_048_588,
-        validate=_at_least(0),
-        broker_name="message.max.bytes",
-        doc="Largest record batch the topic accepts.",
-    ),
-    ConfigDef(
-        name="message.timestamp.after.max.ms",
-        attr="message_timestamp_after_max_ms",
-        config_type=TYPE_LONG,
-        default=3_600_000,
-        validate=_at_least(0),
-        broker_name="log.message.timestamp.after.max.ms",
-        doc="How far in the future a CreateTime timestamp may be (Kafka 4.0 default: 1 hour).",
-    ),
-    ConfigDef(
-        name="message.timestamp.before.max.ms",
-        attr="message_timestamp_before_max_ms",
-        config_type=TYPE_LONG,
-        default=LONG_MAX,
-        validate=_at_least(0),
-        broker_name="log.message.timestamp.before.max.ms",
-        doc="How far in the past a CreateTime timestamp may be.",
-    ),
-    ConfigDef(
-        name="message.timestamp.type",
-        attr="message_timestamp_type",
-        config_type=TYPE_STRING,
-        default=CREATE_TIME,
-        validate=_one_of(CREATE_TIME, LOG_APPEND_TIME),
-        broker_name="log.message.timestamp.type",
-        doc="CreateTime keeps the producer's timestamps; LogAppendTime stamps the broker's clock.",
-    ),
-    ConfigDef(
-        name="min.compaction.lag.ms",
-        attr="min_compaction_lag_ms",
-        config_type=TYPE_LONG,
-        default=0,
-        validate=_at_least(0),
-        broker_name="log.cleaner.min.compaction.lag.ms",
-        doc="A segment is compacted only once its newest record is at least this old.",
-    ),
-    ConfigDef(
-        name="min.insync.replicas",
-        attr="min_insync_replicas",
-        config_type=TYPE_INT,
-        default=1,
-        validate=_at_least(1),
-        broker_name="min.insync.replicas",
-        doc="Replicas that must acknowledge an acks=all produce.",
-    ),
-    ConfigDef(
-        name="retention.bytes",
-        attr="retention_bytes",
-        config_type=TYPE_LONG,
-        default=-1,
-        validate=_any_value,
-        broker_name="log.retention.bytes",
-        doc="Delete old segments while the partition is larger than this; -1 means no limit.",
-    ),
-    ConfigDef(
-        name="retention.ms",
-        attr="retention_ms",
-        config_type=TYPE_LONG,
-        default=604_800_000,
-        validate=_at_least(-1),
-        broker_name="log.retention.ms",
-        doc="Delete segments whose newest record is older than this; -1 means forever.",
-    ),
-    ConfigDef(
-        # Kafka 4.0 raised the minimum to 1 MiB (KIP-1030); 14 bytes (the 3.x minimum) lets
-        # tests and small brokers roll segments cheaply.
-        name="segment.bytes",
-        attr="segment_bytes",
-        config_type=TYPE_INT,
-        default=1_073_741_824,
-        validate=_at_least(14),
-        broker_name="log.segment.bytes",
-        doc="Roll a new segment when the active one would grow past this size.",
-    ),
-    ConfigDef(
-        name="segment.ms",
-        attr="segment_ms",
-        config_type=TYPE_LONG,
-        default=604_800_000,
-        validate=_at_least(1),
-        broker_name="log.roll.ms",
-        doc="Roll a new segment when the active one spans more than this much time.",
-    ),
+from .topic_configs import (
+    CLEANUP_COMPACT,
+    CLEANUP_DELETE,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    TOPIC_CONFIG_BY_NAME,
+    TOPIC_CONFIG_DEFS,
+    synonym_default,
 )
 
-CONFIG_BY_NAME: Final[Mapping[str, ConfigDef]] = {d.name: d for d in CONFIG_DEFS}
+__all__ = [
+    "CLEANUP_COMPACT", "CLEANUP_DELETE", "CONFIG_BY_NAME", "CONFIG_DEFS", "CREATE_TIME",
+    "INT_MAX", "LOG_APPEND_TIME", "LONG_MAX", "SOURCE_DEFAULT_CONFIG",
+    "SOURCE_STATIC_BROKER_CONFIG", "SOURCE_TOPIC_CONFIG", "TYPE_BOOLEAN", "TYPE_DOUBLE",
+    "TYPE_INT", "TYPE_LIST", "TYPE_LONG", "TYPE_STRING", "ConfigDef", "ConfigEntry",
+    "ConfigSynonym", "LogConfig",
+]
+
+CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = TOPIC_CONFIG_DEFS
+CONFIG_BY_NAME: Final[Mapping[str, ConfigDef]] = TOPIC_CONFIG_BY_NAME
 _DEF_BY_ATTR: Final[Mapping[str, ConfigDef]] = {d.attr: d for d in CONFIG_DEFS}
+
+
+class ConfigSynonym(NamedTuple):
+    """One DescribeConfigs synonym: where a value could come from, most specific first."""
+
+    name: str
+    value: str
+    source: int  # SOURCE_*
 
 
 class ConfigEntry(NamedTuple):
@@ -292,6 +72,7 @@ class ConfigEntry(NamedTuple):
     sensitive: bool
     config_type: int  # TYPE_*
     documentation: str
+    synonyms: tuple[ConfigSynonym, ...] = ()
 
 
 def _parse_all(
@@ -321,26 +102,55 @@ class LogConfig:
 
     check_expected_offsets: bool = False
     cleanup_policy: tuple[str, ...] = (CLEANUP_DELETE,)
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_type: str = "producer"
+    compression_zstd_level: int = 3
     delete_retention_ms: int = 86_400_000
+    file_delete_delay_ms: int = 60_000
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
     index_interval_bytes: int = 4096
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    local_retention_bytes: int = -2
+    local_retention_ms: int = -2
+    max_compaction_lag_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
+    message_downconversion_enable: bool = True
+    message_format_version: str = "3.0-IV1"
     message_timestamp_after_max_ms: int = 3_600_000
     message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX
     message_timestamp_type: str = CREATE_TIME
+    min_cleanable_dirty_ratio: float = 0.5
     min_compaction_lag_ms: int = 0
     min_insync_replicas: int = 1
+    preallocate: bool = False
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    remote_storage_enable: bool = False
     retention_bytes: int = -1
     retention_ms: int = 604_800_000
     segment_bytes: int = 1_073_741_824
+    segment_index_bytes: int = 10_485_760
+    segment_jitter_ms: int = 0
     segment_ms: int = 604_800_000
+    unclean_leader_election_enable: bool = False
     overrides: Mapping[str, str] = field(default_factory=dict, compare=False)
     broker_defaults: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         for definition in CONFIG_DEFS:
             definition.check(getattr(self, definition.attr))
+        # Kafka's one rule across two configs (LogConfig.validateValues).
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                "min.compaction.lag.ms",
+                str(self.min_compaction_lag_ms),
+                f"conflicts with max.compaction.lag.ms={self.max_compaction_lag_ms}: the minimum "
+                "lag may not exceed the maximum",
+            )
 
     @classmethod
     def parse(
@@ -411,21 +221,33 @@ class LogConfig:
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
 
-    def describe(self, names: Iterable[str] | None = None) -> list[ConfigEntry]:
-        """DescribeConfigs rows, all configs or the ``names`` asked for (unknown ones skipped)."""
+    def describe(
+        self,
+        names: Iterable[str] | None = None,
+        broker_properties: Mapping[str, str] | None = None,
+    ) -> list[ConfigEntry]:
+        """DescribeConfigs rows, all configs or the ``names`` asked for (unknown ones skipped).
+
+        ``broker_properties``: the broker properties set at start, by their broker names
+        (log.retention.hours, ...), for the synonyms; without them the broker defaults stand
+        in under each config's first broker synonym.
+        """
         wanted = (
             CONFIG_DEFS
             if names is None
             else [CONFIG_BY_NAME[name] for name in names if name in CONFIG_BY_NAME]
         )
+        if broker_properties is None:
+            broker_properties = {
+                CONFIG_BY_NAME[name].broker_name or name: value
+                for name, value in self.broker_defaults.items()
+                if name in CONFIG_BY_NAME
+            }
         entries = []
         for definition in wanted:
-            if definition.name in self.overrides:
-                source = SOURCE_TOPIC_CONFIG
-            elif definition.name in self.broker_defaults:
-                source = SOURCE_STATIC_BROKER_CONFIG
-            else:
-                source = SOURCE_DEFAULT_CONFIG
+            synonyms = self._synonyms(definition, broker_properties)
+            # Kafka: the value's source is its most specific synonym's.
+            source = synonyms[0].source if synonyms else SOURCE_DEFAULT_CONFIG
             entries.append(
                 ConfigEntry(
                     name=definition.name,
@@ -436,6 +258,31 @@ class LogConfig:
                     sensitive=False,
                     config_type=definition.config_type,
                     documentation=definition.doc,
+                    synonyms=tuple(synonyms),
                 )
             )
         return entries
+
+    def _synonyms(
+        self, definition: ConfigDef, broker_properties: Mapping[str, str]
+    ) -> list[ConfigSynonym]:
+        """Where the value could come from, in precedence order, as Kafka lists synonyms: the
+        topic override, each broker property set at start, the broker's built-in default."""
+        out = []
+        if definition.name in self.overrides:
+            out.append(
+                ConfigSynonym(definition.name, self.overrides[definition.name], SOURCE_TOPIC_CONFIG)
+            )
+        for synonym in definition.synonyms:
+            if synonym.name in broker_properties:
+                out.append(
+                    ConfigSynonym(
+                        synonym.name,
+                        str(broker_properties[synonym.name]),
+                        SOURCE_STATIC_BROKER_CONFIG,
+                    )
+                )
+        default = synonym_default(definition)
+        if default is not None:
+            out.append(ConfigSynonym(*default, SOURCE_DEFAULT_CONFIG))
+        return out

@@ -33,9 +33,11 @@ from pathlib import Path
 from ..producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerIdAllocator
 from .durable_files import fsync_dir, read_json, write_json_atomically
 from .errors import (
+    InternalTopicError,
     InvalidPartitionsError,
     InvalidTopicError,
     LogClosedError,
+    ReservedTopicError,
     StorageError,
     TopicExistsError,
     UnknownTopicError,
@@ -55,6 +57,28 @@ METADATA_VERSION = 1
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 _PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>[0-9]+)")
+
+
+#: Kafka's internal topics. Group offsets and transaction state exist here, but in the data
+#: dir's own logs (``__groups``, ``__transactions``), not as topics a client can read.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+#: The KRaft metadata log's name: Kafka refuses to create it with INVALID_REQUEST.
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+
+
+def is_internal_topic(name: str) -> bool:
+    return name in INTERNAL_TOPICS or name == CLUSTER_METADATA_TOPIC
+
+
+def check_creatable(name: str) -> None:
+    """Refuse the names Kafka reserves, with Kafka's error codes."""
+    if name == CLUSTER_METADATA_TOPIC:
+        raise ReservedTopicError(f"creation of the internal topic {name} is prohibited")
+    if name in INTERNAL_TOPICS:
+        raise InternalTopicError(
+            f"topic {name!r} already exists: it is an internal topic, kept by this broker in "
+            "its own log in the data dir and not readable as a topic"
+        )
 
 
 def validate_topic_name(name: str) -> None:
@@ -285,6 +309,7 @@ class LogManager:
         TopicExistsError.
         """
         validate_topic_name(name)
+        check_creatable(name)
         if partitions < 1:
             raise InvalidPartitionsError(f"a topic needs at least one partition, not {partitions}")
         config = LogConfig.parse(configs or {}, broker_defaults=self.broker_defaults)
@@ -432,9 +457,11 @@ class LogManager:
             try:
                 if retention:
                     report.segments_deleted += partition_log.apply_retention(now_ms)
-                if partition_log.config.compact and (
-                    now_ms - self._last_compaction_ms.get(key, -(2**62))
+                if (
+                    partition_log.config.compact
+                    and now_ms - self._last_compaction_ms.get(key, -(2**62))
                     >= self.compaction_backoff_ms
+                    and partition_log.needs_compaction(now_ms)
                 ):
                     self._last_compaction_ms[key] = now_ms
                     stats = partition_log.compact(now_ms)

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import struct
 import threading
@@ -232,6 +233,15 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = _now_ms()
         self._closed = False
+        # segment.jitter.ms: the active segment rolls this much before segment.ms (drawn anew
+        # for each segment, as Kafka does, so that partitions created together do not all roll
+        # at once).
+        self._roll_jitter_ms = 0
+        # The cleaner's progress, in memory only (Kafka checkpoints it): everything below this
+        # offset was compacted by the last pass, everything above is "dirty". After a restart
+        # the whole log counts as dirty, so the first pass runs regardless of the ratio.
+        self._first_dirty_offset = 0
+        self._last_compaction_ms: int | None = None
         self.producer_state = ProducerStateManager()
         try:
             self._open()
@@ -331,7 +341,11 @@ class PartitionLog:
     def update_config(self, config: LogConfig) -> None:
         """Apply changed topic configs (AlterConfigs); they take effect on the next append."""
         with self._lock:
+            jitter_changed = (config.segment_jitter_ms, config.segment_ms) != (
+                self._config.segment_jitter_ms, self._config.segment_ms)
             self._config = config
+            if jitter_changed:
+                self._draw_roll_jitter()
             for segment in self._segments:
                 segment.index_interval_bytes = config.index_interval_bytes
 
@@ -365,6 +379,7 @@ class PartitionLog:
         for segment in self._take_segments_below_log_start():
             segment.delete()
         self._recovery_point = self._segments[-1].next_offset
+        self._draw_roll_jitter()
         self._load_producer_state(
             [segment for segment in stale_txn_indexes if segment in self._segments]
         )
@@ -510,7 +525,12 @@ class PartitionLog:
 
     # -- segments ------------------------------------------------------------------------------
 
+    def _draw_roll_jitter(self) -> None:
+        jitter = min(self._config.segment_jitter_ms, self._config.segment_ms)
+        self._roll_jitter_ms = random.randrange(jitter) if jitter > 0 else 0
+
     def _create_segment(self, base_offset: int) -> LogSegment:
+        self._draw_roll_jitter()
         segment = LogSegment.create(
             self.directory, base_offset, index_interval_bytes=self._config.index_interval_bytes
         )
@@ -543,13 +563,22 @@ class PartitionLog:
             return True
         if active.size == 0:
             return False
-        if active.size + size > self._config.segment_bytes:
+        config = self._config
+        if active.size + size > config.segment_bytes:
+            return True
+        # segment.index.bytes bounds the offset index (8-byte entries): a full one rolls.
+        if len(active.offset_index) >= config.segment_index_bytes // 8:
             return True
         if active.rolling_timestamp >= 0 and max_timestamp >= 0:
             waited = max_timestamp - active.rolling_timestamp
         else:
             waited = _now_ms() - active.created_ms
-        return waited > self._config.segment_ms
+        max_segment_ms = config.segment_ms
+        if config.compact:
+            # A record in the active segment cannot be compacted: roll in time for
+            # max.compaction.lag.ms.
+            max_segment_ms = min(max_segment_ms, config.max_compaction_lag_ms)
+        return waited > max_segment_ms - self._roll_jitter_ms
 
     def _segment_index(self, offset: int) -> int:
         """Index of the last segment whose base offset is <= ``offset`` (0 if none)."""
@@ -1079,6 +1108,43 @@ class PartitionLog:
 
     # -- compaction ----------------------------------------------------------------------------
 
+    def needs_compaction(self, now_ms: int | None = None) -> bool:
+        """Whether the cleaner should compact this partition now (Kafka's selection rules).
+
+        Yes when the uncleaned ("dirty") bytes of the cleanable segments are at least
+        min.cleanable.dirty.ratio of them, or when the oldest dirty record is older than
+        max.compaction.lag.ms; also once delete.retention.ms has passed since the last pass,
+        so tombstones and markers that came due go even when little was written since.
+        """
+        now_ms = _now_ms() if now_ms is None else now_ms
+        with self._lock:
+            self._check_open()
+            config = self._config
+            if not config.compact:
+                return False
+            segments = compactable_segments(
+                self._segments,
+                now_ms,
+                config.min_compaction_lag_ms,
+                self._last_stable_offset_locked(),
+            )
+            if not segments:
+                return False
+            last = self._last_compaction_ms
+            if last is not None and now_ms - last >= config.delete_retention_ms:
+                return True
+            dirty = [seg for seg in segments if seg.next_offset > self._first_dirty_offset]
+            if not dirty:
+                return False
+            total = sum(seg.size for seg in segments)
+            if total == 0 or sum(seg.size for seg in dirty) / total >= (
+                config.min_cleanable_dirty_ratio
+            ):
+                return True
+            first = dirty[0]
+            oldest = first.rolling_timestamp if first.rolling_timestamp >= 0 else first.created_ms
+            return now_ms - oldest > config.max_compaction_lag_ms
+
     def compact(self, now_ms: int | None = None) -> CompactionStats:
         """One compaction pass over the closed segments (``cleanup.policy`` with ``compact``).
 
@@ -1105,6 +1171,8 @@ class PartitionLog:
                 )
             if not segments:
                 return stats
+            self._first_dirty_offset = segments[-1].next_offset
+            self._last_compaction_ms = now_ms
             # Segments other than the active one never change except through this method
             # (which holds the maintenance lock), so they are read without the main lock.
             horizon_ms = now_ms - config.delete_retention_ms

@@ -1,0 +1,183 @@
+"""What DescribeConfigs reports for the BROKER resource: a Kafka 3.9 set of broker keys.
+
+Three kinds of rows, each with Kafka's name and ConfigType:
+
+- the properties this broker takes (BrokerConfig): their values, STATIC_BROKER_CONFIG when
+  given at start, DEFAULT_CONFIG otherwise;
+- the broker synonyms of topic configs (log.retention.hours, compression.type, ...): the value
+  given, else Kafka's default (null for the more specific synonyms Kafka leaves unset);
+- keys tools read that describe the running node (listeners, advertised.listeners, log.dirs,
+  the internal topics' settings, ...): what this node actually does, STATIC_BROKER_CONFIG when
+  it comes from the command line (--listen, --data-dir), DEFAULT_CONFIG otherwise. Where one
+  node makes Kafka's default impossible (a replication factor of 3), the row says 1.
+
+Every row is read-only: broker configs cannot be changed while the broker runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from .broker_config import BrokerConfig
+from .storage.config_def import (
+    SOURCE_DEFAULT_CONFIG,
+    SOURCE_STATIC_BROKER_CONFIG,
+    TYPE_BOOLEAN,
+    TYPE_INT,
+    TYPE_LIST,
+    TYPE_LONG,
+    TYPE_SHORT,
+    TYPE_STRING,
+    render_typed,
+)
+from .storage.log_config import ConfigSynonym
+from .storage.topic_configs import TOPIC_CONFIG_DEFS
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEntry:
+    name: str
+    value: str | None
+    source: int
+    config_type: int
+    synonyms: tuple[ConfigSynonym, ...]
+    documentation: str | None = None
+
+
+# Kafka's LONG-typed properties among BrokerConfig's; the other ints are INT.
+_LONG_PROPERTIES: Final = frozenset({
+    "connections.max.idle.ms",
+    "log.retention.check.interval.ms",
+    "log.flush.scheduler.interval.ms",
+    "log.cleaner.backoff.ms",
+    "request.read.timeout.ms",
+})
+_LIST_PROPERTIES: Final = frozenset({"sasl.enabled.mechanisms"})
+
+
+def _listener_name(broker: Broker) -> str:
+    return "SASL_PLAINTEXT" if broker.config.sasl_enabled_mechanisms.strip() else "PLAINTEXT"
+
+
+# Keys that describe the running node: name -> (type, value from the broker, from the command
+# line?, documentation).
+_NodeValue = Callable[["Broker"], Any]
+_NODE_KEYS: Final[dict[str, tuple[int, _NodeValue, bool, str]]] = {
+    "listeners": (
+        TYPE_STRING, lambda b: f"{_listener_name(b)}://{b.server.host}:{b.server.port}", True,
+        "the address --listen bound"),
+    "advertised.listeners": (
+        TYPE_STRING, lambda b: f"{_listener_name(b)}://{b.advertised_host}:{b.advertised_port}",
+        True, "the address clients are told (advertised.host / advertised.port)"),
+    "listener.security.protocol.map": (
+        TYPE_STRING, lambda b: f"{_listener_name(b)}:{_listener_name(b)}", False,
+        "one listener, named after its protocol"),
+    "inter.broker.listener.name": (TYPE_STRING, _listener_name, False, "there is no peer"),
+    "process.roles": (TYPE_LIST, lambda b: ("broker", "controller"), False,
+                      "one process is broker and controller"),
+    "broker.id": (TYPE_INT, lambda b: b.config.node_id, False, "the same as node.id"),
+    "log.dirs": (TYPE_STRING, lambda b: b.data_dir, True, "the --data-dir"),
+    "log.dir": (TYPE_STRING, lambda b: b.data_dir, True, "the --data-dir"),
+    "delete.topic.enable": (TYPE_BOOLEAN, lambda b: True, False, "DeleteTopics works"),
+    "log.cleaner.enable": (TYPE_BOOLEAN, lambda b: True, False, "the cleaner always runs"),
+    "log.cleaner.threads": (TYPE_INT, lambda b: 1, False, "one maintenance thread"),
+    "offsets.topic.replication.factor": (
+        TYPE_SHORT, lambda b: 1, False, "group offsets live in the data dir's own log"),
+    "offsets.topic.num.partitions": (TYPE_INT, lambda b: 1, False, "one offsets log"),
+    "transaction.state.log.replication.factor": (
+        TYPE_SHORT, lambda b: 1, False, "transaction state lives in the data dir's own log"),
+    "transaction.state.log.min.isr": (TYPE_INT, lambda b: 1, False, "one node"),
+    "transaction.state.log.num.partitions": (TYPE_INT, lambda b: 1, False, "one log"),
+    "replica.fetch.max.bytes": (TYPE_INT, lambda b: 1_048_576, False, "no followers fetch"),
+    "fetch.max.bytes": (TYPE_INT, lambda b: 57_671_680, False, "Kafka's default"),
+}
+
+
+def _synonyms(name: str, value: str | None, static: bool) -> tuple[ConfigSynonym, ...]:
+    out = []
+    if static:
+        out.append(ConfigSynonym(name, value or "", SOURCE_STATIC_BROKER_CONFIG))
+    return tuple(out)
+
+
+def _text(config_type: int, value: Any) -> str | None:
+    if value is None:
+        return None
+    return render_typed(TYPE_BOOLEAN if config_type == TYPE_BOOLEAN else TYPE_STRING, value)
+
+
+def _property_rows(broker: Broker) -> list[BrokerEntry]:
+    config = broker.config
+    rows = []
+    for name, spec in BrokerConfig.properties().items():
+        value = getattr(config, spec.name)
+        if name in _LIST_PROPERTIES:
+            config_type = TYPE_LIST
+        elif isinstance(value, bool):
+            config_type = TYPE_BOOLEAN
+        elif isinstance(value, int):
+            config_type = TYPE_LONG if name in _LONG_PROPERTIES else TYPE_INT
+        else:
+            config_type = TYPE_STRING
+        text = _text(config_type, value)
+        default = _text(config_type, spec.default) if spec.default is not MISSING else None
+        static = name in config.explicit
+        rows.append(_row(name, text, static, config_type, spec.metadata.get("doc"), default))
+    return rows
+
+
+def _row(name: str, text: str | None, static: bool, config_type: int,
+         doc: str | None, default: str | None = None) -> BrokerEntry:
+    synonyms = list(_synonyms(name, text, static))
+    if default is not None:
+        synonyms.append(ConfigSynonym(name, default, SOURCE_DEFAULT_CONFIG))
+    return BrokerEntry(
+        name=name,
+        value=text,
+        source=SOURCE_STATIC_BROKER_CONFIG if static else SOURCE_DEFAULT_CONFIG,
+        config_type=config_type,
+        synonyms=tuple(synonyms),
+        documentation=doc,
+    )
+
+
+def _log_rows(broker: Broker) -> list[BrokerEntry]:
+    """The broker synonyms of every topic config."""
+    given = broker.config.log_properties
+    rows = []
+    for definition in TOPIC_CONFIG_DEFS:
+        for index, synonym in enumerate(definition.synonyms):
+            last = index == len(definition.synonyms) - 1
+            default = None
+            if last:
+                value = definition.default
+                if synonym.unit_ms != 1:
+                    value //= synonym.unit_ms
+                default = definition.render(value)
+            text = given.get(synonym.name, default)
+            rows.append(_row(synonym.name, text, synonym.name in given, definition.config_type,
+                             f"broker default of the topic config {definition.name}", default))
+    return rows
+
+
+def _node_rows(broker: Broker) -> list[BrokerEntry]:
+    rows = []
+    for name, (config_type, value_of, from_command_line, doc) in _NODE_KEYS.items():
+        value = value_of(broker)
+        rows.append(_row(name, render_typed(config_type, value), from_command_line,
+                         config_type, doc))
+    return rows
+
+
+def describe_broker(broker: Broker) -> list[BrokerEntry]:
+    """Every broker row, sorted by name; a name appears once (BrokerConfig's wins)."""
+    rows: dict[str, BrokerEntry] = {}
+    for row in [*_node_rows(broker), *_log_rows(broker), *_property_rows(broker)]:
+        rows[row.name] = row
+    return [rows[name] for name in sorted(rows)]
+
