@@ -124,8 +124,6 @@ def _leave_flight(sender: PartitionSender, batch: ProducerBatch) -> None:
         in_flight.popleft()
     elif batch in in_flight:
         in_flight.remove(batch)
-    if sender.units:
-        sender.units.pop(id(batch), None)
 
 
 def first_opaque(batch: ProducerBatch) -> Any:
@@ -941,7 +939,10 @@ class Engine:
                 if before and base >= 0:
                     base = (batch.base_offset if mode == ProduceMode.USE_OFFSETS
                             else base + before)
-                _leave_flight(self._sender_for(batch.topic, batch.partition), batch)
+                sender = self._sender_for(batch.topic, batch.partition)
+                _leave_flight(sender, batch)
+                if sender.units:
+                    sender.units.pop(id(batch), None)
                 delivered.append(DeliveryReport(batch, None, base,
                                                 getattr(answer, "log_append_time", -1)))
             elif code == ec.DUPLICATE_SEQUENCE_NUMBER:
@@ -1067,7 +1068,10 @@ class Engine:
 
     def _complete(self, batch: ProducerBatch, error, base_offset: int,
                   log_append_time: int = -1) -> None:
-        _leave_flight(self._sender_for(batch.topic, batch.partition), batch)
+        sender = self._sender_for(batch.topic, batch.partition)
+        _leave_flight(sender, batch)
+        if sender.units:  # (a unit is remembered until its verdict, for its retries)
+            sender.units.pop(id(batch), None)
         self._report(batch, error, base_offset, log_append_time)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
