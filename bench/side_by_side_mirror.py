@@ -217,9 +217,9 @@ def main(argv=None) -> None:
               "Where the time goes (cProfile of the preserve mode, 300k records): about "
               "6 us per record in librdkafka's consume() building Python Message objects and "
               "2-3 us turning them into columns; the writes themselves are cheap on dense "
-              "data. With holes, every run of consecutive offsets is its own batch and Kafka "
-              "takes one batch per partition per request (KIP-WIRE v1), so the half-gone copy "
-              "is request-bound (issue 15's KIP-WIRE v2 packs them). The targets need the fast "
+              "data. With holes, every run of consecutive offsets is its own batch; KIP-WIRE "
+              "v2 sends a partition's batches as units (few requests), and the half-gone copy "
+              "is bound by the per-batch work on both sides. The targets need the fast "
               "path of issue 17: the mirror's own Fetch client handing whole record batches to "
               "the engine, forwarded with only their producer fields and CRC rewritten.", ""]
     section = "\n".join(lines)

@@ -82,6 +82,11 @@ cdef enum:
     # A closing batch with more than this much unused room (and using under a quarter of
     # its buffer) moves to a buffer of its own size.
     SHRINK_SLACK = 8192
+    # What a batch costs besides its records, counted against queue.buffering.max.kbytes:
+    # its header and its objects on both sides of the sender. A copy whose offsets have
+    # gaps at every other step holds a batch per two records; uncounted, its memory grew
+    # far past the bound.
+    BATCH_OVERHEAD = 512
 
 cdef unsigned char *pool_data[POOL_SLOTS]
 cdef Py_ssize_t pool_capacity[POOL_SLOTS]
@@ -512,9 +517,11 @@ cdef class RecordAccumulator:
             body = record_body_size(0, 0, key, value, hsize)
             wire = varint_size(body) + body
         if (self.buffered_messages >= self.max_messages
-                or (self.buffered_bytes + wire > self.max_bytes and self.buffered_messages)):
+                or (self.buffered_bytes + wire + (0 if st.count else BATCH_OVERHEAD)
+                    > self.max_bytes and self.buffered_messages)):
             return 0
         if st.count == 0:
+            self.buffered_bytes += BATCH_OVERHEAD
             # Room for a typical full batch up front, so the buffer rarely grows (and copies).
             pool_take(&st.buf, BATCH_HEADER_SIZE + wire)
             bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
@@ -878,7 +885,7 @@ cdef class RecordAccumulator:
 
     def release(self, ProducerBatch batch):
         """The batch is done (delivered or failed for good): free its share of the bounds."""
-        self.buffered_bytes -= batch.records_size
+        self.buffered_bytes -= batch.records_size + BATCH_OVERHEAD
         self.buffered_messages -= batch.record_count
 
     def next_ready_ms(self, now_ms=None):

@@ -29,14 +29,18 @@ class BatchUnit:
     treats the unit as one entry.
     """
 
-    __slots__ = ("parts", "base_offset", "producer_id", "producer_epoch", "base_sequence",
-                 "record_count", "is_transactional")
+    __slots__ = ("parts", "whole", "base_offset", "producer_id", "producer_epoch",
+                 "base_sequence", "record_count", "is_transactional")
 
     is_control = False
 
-    def __init__(self, parts: list[tuple[memoryview, Batch]]) -> None:
+    def __init__(self, parts: list[tuple[memoryview, Batch]],
+                 whole: memoryview | None = None) -> None:
         first = parts[0][1]
         self.parts = parts
+        # The records field the parts are slices of, back to back (None once a part is
+        # replaced, e.g. recompressed): the log writes it in one go.
+        self.whole = whole
         self.base_offset = first.base_offset
         self.producer_id = first.producer_id
         self.producer_epoch = first.producer_epoch
@@ -69,7 +73,8 @@ def split_records(records: memoryview) -> list[tuple[memoryview, Batch]]:
     return parts
 
 
-def check_unit(parts: list[tuple[memoryview, Batch]], mode: int) -> BatchUnit:
+def check_unit(parts: list[tuple[memoryview, Batch]], mode: int,
+               whole: memoryview | None = None) -> BatchUnit:
     """The rules that bind the batches of a unit together (KIP-WIRE §9); UnitRefused names
     the batch and the rule it breaks."""
     if mode not in (ProduceMode.USE_OFFSETS, ProduceMode.EXPECTED_OFFSETS):
@@ -110,4 +115,4 @@ def check_unit(parts: list[tuple[memoryview, Batch]], mode: int) -> BatchUnit:
                     f"{where}: expects offset {batch.base_offset}, but the previous batch "
                     f"ends at {want - 1}; a later batch expects -1 or exactly {want}")
         previous = batch
-    return BatchUnit(parts)
+    return BatchUnit(parts, whole)

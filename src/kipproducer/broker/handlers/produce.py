@@ -168,11 +168,14 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
             f"{len(parts)} record batches for one partition; this broker advertises "
             "KIP-WIRE version 1 (kip.wire.version=1): one batch per partition")
     try:
-        unit = check_unit(parts, mode)
+        unit = check_unit(parts, mode, records)
     except UnitRefused as exc:
         raise PartitionRefused(ec.INVALID_RECORD, str(exc)) from None
     if config.compression_type != "producer":
         unit.parts = [_apply_compression_type(config, buf, batch) for buf, batch in parts]
+        if any(buf is not original for (buf, _), (original, _) in zip(unit.parts, parts,
+                                                                      strict=True)):
+            unit.whole = None
     return None, unit
 
 
