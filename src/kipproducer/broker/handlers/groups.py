@@ -80,19 +80,21 @@ def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict:
             "error_code": ec.NONE,
             "error_message": None,
         }
+    if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        # Kafka 3.9 answers INVALID_REQUEST for the share key type (v6, KIP-932, not yet
+        # served there either) and for any unknown one.
+        return _key_refused(
+            key, ec.INVALID_REQUEST, f"coordinator key type {key_type} is not served"
+        )
     message = (
         NO_TRANSACTIONS
         if key_type == KEY_TYPE_TRANSACTION
-        else (
-            f"coordinator key type {key_type} is not served"
-            if key_type != KEY_TYPE_GROUP
-            else "the group coordinator is not running"
-        )
+        else "the group coordinator is not running"
     )
     return _key_refused(key, ec.COORDINATOR_NOT_AVAILABLE, message)
 
 
-@handles(FIND_COORDINATOR, 0, 5, advertise_min=0)
+@handles(FIND_COORDINATOR, 0, 6)
 async def find_coordinator(ctx: RequestContext, body):
     v = ctx.api_version
     if v >= 4:
@@ -116,7 +118,7 @@ def _group_refused(api_key: int, version: int, **fields):
     return build_response(api_key, version, error_code=ec.GROUP_AUTHORIZATION_FAILED, **fields)
 
 
-@handles(JOIN_GROUP, 0, 9, advertise_min=0)
+@handles(JOIN_GROUP, 0, 9)
 async def join_group(ctx: RequestContext, body):
     v = ctx.api_version
     if not may_read_group(ctx, body.group_id):
@@ -159,7 +161,7 @@ async def join_group(ctx: RequestContext, body):
     return build_response(JOIN_GROUP, v, **fields)
 
 
-@handles(SYNC_GROUP, 0, 5, advertise_min=0)
+@handles(SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, body):
     v = ctx.api_version
     if not may_read_group(ctx, body.group_id):
@@ -182,7 +184,7 @@ async def sync_group(ctx: RequestContext, body):
     return build_response(SYNC_GROUP, v, **fields)
 
 
-@handles(HEARTBEAT, 0, 4, advertise_min=0)
+@handles(HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, body):
     v = ctx.api_version
     if not may_read_group(ctx, body.group_id):
@@ -199,7 +201,7 @@ async def heartbeat(ctx: RequestContext, body):
     return build_response(HEARTBEAT, v, error_code=code)
 
 
-@handles(LEAVE_GROUP, 0, 5, advertise_min=0)
+@handles(LEAVE_GROUP, 0, 5)
 async def leave_group(ctx: RequestContext, body):
     v = ctx.api_version
     if not may_read_group(ctx, body.group_id):
@@ -254,7 +256,7 @@ def _commit_answer(body, answers: dict[tuple[str, int], int]) -> list:
     ]
 
 
-@handles(OFFSET_COMMIT, 2, 9, advertise_min=0)
+@handles(OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx: RequestContext, body):
     v = ctx.api_version
     logs = logs_of(ctx)
@@ -338,7 +340,7 @@ def _fetch_group(
     return [{"name": name, "partitions": parts} for name, parts in by_topic.items()], ec.NONE
 
 
-@handles(OFFSET_FETCH, 1, 9, advertise_min=0)
+@handles(OFFSET_FETCH, 1, 9)
 async def offset_fetch(ctx: RequestContext, body):
     v = ctx.api_version
     if v >= 8:

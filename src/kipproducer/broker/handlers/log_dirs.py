@@ -34,7 +34,7 @@ def _same_dir(requested: str, log_dir: str) -> bool:
     return str(Path(requested).absolute()) == log_dir
 
 
-@handles(DESCRIBE_LOG_DIRS, 1, 4, advertise_min=0)
+@handles(DESCRIBE_LOG_DIRS, 1, 4)
 async def describe_log_dirs(ctx: RequestContext, body):
     v = ctx.api_version
     fields: dict = {}
@@ -80,7 +80,7 @@ async def describe_log_dirs(ctx: RequestContext, body):
     return build_response(DESCRIBE_LOG_DIRS, v, results=[result], **fields)
 
 
-@handles(ALTER_REPLICA_LOG_DIRS, 1, 2, advertise_min=0)
+@handles(ALTER_REPLICA_LOG_DIRS, 1, 2)
 async def alter_replica_log_dirs(ctx: RequestContext, body):
     allowed = may_alter_cluster(ctx)
     log_dir = log_dir_path(ctx)
