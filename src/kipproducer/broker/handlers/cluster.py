@@ -14,10 +14,11 @@ from kipproducer.protocol.wire_extensions import (
 )
 
 from ..api import RequestContext, handles
+from ..security.authorized_ops import cluster_operations, topic_operations
 from ..security.checks import may_create_topic, may_describe_topic
 from ..server import api_versions_table
 from ..storage.errors import InvalidTopicError, TopicExistsError, UnknownTopicError
-from .common import AUTHORIZED_OPERATIONS_OMITTED, LEADER_EPOCH, logs_of
+from .common import LEADER_EPOCH, logs_of
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -149,7 +150,8 @@ async def metadata(ctx: RequestContext, body):
         if v >= 1:
             topic["is_internal"] = False
         if v >= 8:
-            topic["topic_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+            topic["topic_authorized_operations"] = topic_operations(
+                ctx, info.name, body.include_topic_authorized_operations)
         if v >= 10:
             topic["topic_id"] = info.topic_id
         out.append(topic)
@@ -166,7 +168,8 @@ async def metadata(ctx: RequestContext, body):
     if v >= 2:
         fields["cluster_id"] = broker.config.cluster_id
     if 8 <= v <= 10:
-        fields["cluster_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+        fields["cluster_authorized_operations"] = cluster_operations(
+            ctx, body.include_cluster_authorized_operations)
     return build_response(METADATA, v, **fields)
 
 
@@ -186,5 +189,6 @@ async def describe_cluster(ctx: RequestContext, body):
                 "rack": None,
             }
         ],
-        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        cluster_authorized_operations=cluster_operations(
+            ctx, body.include_cluster_authorized_operations),
     )

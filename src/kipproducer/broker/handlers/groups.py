@@ -12,6 +12,7 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
+from ..security.authorized_ops import group_operations
 from ..security.checks import (
     may_delete_group,
     may_describe_cluster,
@@ -22,7 +23,7 @@ from ..security.checks import (
     may_read_topic,
     may_write_transactional_id,
 )
-from .common import AUTHORIZED_OPERATIONS_OMITTED, logs_of
+from .common import logs_of
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
@@ -479,7 +480,9 @@ async def describe_groups(ctx: RequestContext, body):
             ],
         }
         if v >= 3:
-            entry["authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+            # Kafka fills it for a group described without error, when asked.
+            entry["authorized_operations"] = group_operations(
+                ctx, group_id, body.include_authorized_operations and d.error_code == ec.NONE)
         out.append(entry)
     return build_response(DESCRIBE_GROUPS, v, groups=out)
 
