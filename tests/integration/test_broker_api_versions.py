@@ -39,7 +39,7 @@ SERVED_3_9 = {
     25: (0, 4), 26: (0, 4), 27: (0, 1), 28: (0, 4), 29: (0, 3), 30: (0, 3), 31: (0, 3),
     32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4), 36: (0, 2), 37: (0, 3), 42: (0, 2),
     43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 50: (0, 0), 51: (0, 0),
-    60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 1),
+    60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 1), 75: (0, 0),
 }
 
 
@@ -158,3 +158,33 @@ def test_add_partitions_to_txn_4_and_5_batched(broker: EmbeddedBroker) -> None:
                               producer_epoch=epoch, committed=False).error_code == ec.NONE
     finally:
         client.close()
+
+
+def test_describe_topic_partitions_pages_by_partition_count(broker: EmbeddedBroker) -> None:
+    """kafka-python's DescribeTopicPartitions call: named topics in name order, a cursor once the
+    partition limit is reached, unknown topics answered, none created."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    client = RawClient(broker.bootstrap_servers)
+    a, b, missing = unique("dtp-a"), unique("dtp-b"), unique("dtp-none")
+    try:
+        client.create_topic(a, 3)
+        client.create_topic(b, 2)
+        first = admin.describe_topic_partitions([b, a, missing], response_partition_limit=4)
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]])
+                for t in first["topics"]] == [(a, [0, 1, 2]), (b, [0])]
+        assert first["next_cursor"] == {"topic_name": b, "partition_index": 1}
+        assert {p["leader_id"] for t in first["topics"] for p in t["partitions"]} == {
+            broker.broker.node_id}
+        rest = admin.describe_topic_partitions([b, a, missing], cursor=first["next_cursor"])
+        assert [(t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]])
+                for t in rest["topics"]] == [
+            (b, 0, [1]), (missing, ec.UNKNOWN_TOPIC_OR_PARTITION, [])]
+        assert rest["next_cursor"] is None
+        assert missing not in broker.broker.logs.topics()
+        # Without an authorizer every topic operation is allowed: Read, Write, Create, Delete,
+        # Alter, Describe, DescribeConfigs, AlterConfigs (ACL codes 3-8, 10, 11).
+        every = sum(1 << code for code in (3, 4, 5, 6, 7, 8, 10, 11))
+        assert {t["topic_authorized_operations"] for t in rest["topics"]} == {every}
+    finally:
+        client.close()
+        admin.close()

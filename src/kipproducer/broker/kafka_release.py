@@ -102,7 +102,6 @@ NOT_SERVED: Final[dict[int, str]] = {
     68: "KIP-848 consumer groups are not implemented",
     69: "KIP-848 consumer groups are not implemented",
     74: "client metrics are not implemented",
-    75: "DescribeTopicPartitions is not implemented (Metadata serves the same)",
     80: "there is no KRaft quorum",
     81: "there is no KRaft quorum",
 }

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     admin,
     cluster,
+    describe_topic_partitions,
     fetch,
     groups,
     log_dirs,
