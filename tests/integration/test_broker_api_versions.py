@@ -29,6 +29,7 @@ if _KIP_TESTS not in sys.path:
 from raw_client import RawClient  # noqa: E402
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 2, 3, 10, 18
+LIST_CLIENT_METRICS_RESOURCES = 74
 INIT_PRODUCER_ID, ADD_PARTITIONS, ADD_OFFSETS, END_TXN = 22, 24, 25, 26
 
 #: What a Kafka 3.9 broker listener advertises for every API this broker serves.
@@ -39,7 +40,8 @@ SERVED_3_9 = {
     25: (0, 4), 26: (0, 4), 27: (0, 1), 28: (0, 4), 29: (0, 3), 30: (0, 3), 31: (0, 3),
     32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4), 36: (0, 2), 37: (0, 3), 42: (0, 2),
     43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 50: (0, 0), 51: (0, 0),
-    60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 1), 75: (0, 0),
+    60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 1), 74: (0, 0),
+    75: (0, 0),
 }
 
 
@@ -188,3 +190,12 @@ def test_describe_topic_partitions_pages_by_partition_count(broker: EmbeddedBrok
     finally:
         client.close()
         admin.close()
+
+
+def test_list_client_metrics_resources_is_empty(broker: EmbeddedBroker) -> None:
+    client = RawClient(broker.bootstrap_servers)
+    try:
+        body = client.request(LIST_CLIENT_METRICS_RESOURCES, 0)
+        assert (body.error_code, body.config_resources) == (ec.NONE, ())
+    finally:
+        client.close()

@@ -101,7 +101,6 @@ NOT_SERVED: Final[dict[int, str]] = {
     64: "there is no controller to unregister from",
     68: "KIP-848 consumer groups are not implemented",
     69: "KIP-848 consumer groups are not implemented",
-    74: "client metrics are not implemented",
     80: "there is no KRaft quorum",
     81: "there is no KRaft quorum",
 }

@@ -2,6 +2,7 @@
 
 from . import (  # noqa: F401
     admin,
+    client_metrics,
     cluster,
     describe_topic_partitions,
     fetch,
