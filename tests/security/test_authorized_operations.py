@@ -76,6 +76,11 @@ def test_without_an_authorizer_every_operation_is_allowed(embedded):
         assert raw_answers(client, topic, group, True) == (
             bits(CLUSTER_OPS), bits(TOPIC_OPS), bits(CLUSTER_OPS), bits(GROUP_OPS))
         assert raw_answers(client, topic, group, False) == (OMITTED,) * 4
+        # A topic that does not exist is described with the operations too, as in Kafka.
+        missing = client.request(METADATA, 12, topics=[{"name": unique("none")}],
+                                 allow_auto_topic_creation=False,
+                                 include_topic_authorized_operations=True).topics[0]
+        assert missing.error_code == 3 and missing.topic_authorized_operations == bits(TOPIC_OPS)
     finally:
         client.close()
 

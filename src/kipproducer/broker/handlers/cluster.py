@@ -138,7 +138,12 @@ async def metadata(ctx: RequestContext, body):
         else:
             code = ec.UNKNOWN_TOPIC_OR_PARTITION
         if info is None:
-            out.append({"error_code": code, "name": name, "partitions": ()})
+            missing = {"error_code": code, "name": name, "partitions": ()}
+            if v >= 8 and code != ec.TOPIC_AUTHORIZATION_FAILED:
+                # Kafka fills it for every topic the principal may describe, found or not.
+                missing["topic_authorized_operations"] = topic_operations(
+                    ctx, name, body.include_topic_authorized_operations)
+            out.append(missing)
             continue
         topic = {
             "error_code": ec.NONE,
