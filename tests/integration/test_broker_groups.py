@@ -202,3 +202,46 @@ def test_leaving_member_hands_its_partitions_back(kip_broker) -> None:
         )
     finally:
         first.close()
+
+
+def test_cooperative_second_member_joins_then_leaves_rebalance_count(kip_broker) -> None:
+    """The first member's callbacks when a second cooperative-sticky member joins, then closes.
+
+    What Kafka's classic coordinator makes librdkafka do on the first member (A), with
+    ``group.initial.rebalance.delay.ms=0``:
+
+    1. generation 1, A alone: assign(all 4 partitions);
+    2. B joins: A rejoins on REBALANCE_IN_PROGRESS, generation 2: A, the leader, keeps 2
+       partitions and gives B none yet (cooperative: a partition is revoked before it moves):
+       revoke(2), then assign(nothing new);
+    3. A, having revoked, rejoins; a leader's rejoin rebalances a Stable group, B follows on its
+       heartbeat, generation 3: B gets the 2 revoked partitions, A assign(nothing new);
+    4. B closes: it revokes its partitions and sends LeaveGroup; the group rebalances at once,
+       generation 4: A assign(the 2 partitions back).
+
+    So 4 assign and 1 revoke callbacks on A, and no more while the group stays stable.
+    """
+    broker: KipBroker = kip_broker({"group.initial.rebalance.delay.ms": 0})
+    topic, group = unique("coop"), unique("group")
+    create_topics(broker.bootstrap, {topic: PARTITIONS})
+    events: list[tuple[str, int]] = []
+    first = consumer(broker.bootstrap, group, "cooperative-sticky")
+    second = consumer(broker.bootstrap, group, "cooperative-sticky")
+    try:
+        first.subscribe(
+            [topic],
+            on_assign=lambda c, parts: events.append(("assign", len(parts))),
+            on_revoke=lambda c, parts: events.append(("revoke", len(parts))),
+        )
+        wait_for_split([first])
+        second.subscribe([topic])
+        assert sorted(len(p) for p in wait_for_split([first, second])) == [2, 2]
+        second.close()
+        assert wait_for_split([first]) == [set(range(PARTITIONS))]
+        quiet_until = time.monotonic() + 3.0  # ten heartbeats: room for a stray rebalance
+        while time.monotonic() < quiet_until:
+            poll_all([first])
+        assert events == [("assign", 4), ("revoke", 2), ("assign", 0), ("assign", 0),
+                          ("assign", 2)]
+    finally:
+        first.close()

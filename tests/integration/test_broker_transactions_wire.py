@@ -264,8 +264,8 @@ def test_api_versions_advertise_tv1_transaction_apis(broker: EmbeddedBroker) -> 
                           client_software_version="1")
     ranges = {k.api_key: (k.min_version, k.max_version) for k in body.api_keys}
     assert ranges[INIT_PRODUCER_ID] == (0, 5)
-    assert ranges[ADD_PARTITIONS] == (0, 3)  # v4+ is broker to broker
-    assert ranges[ADD_OFFSETS] == (0, 3)
+    assert ranges[ADD_PARTITIONS] == (0, 5)  # v4+ is broker to broker
+    assert ranges[ADD_OFFSETS] == (0, 4)
     assert ranges[END_TXN] == (0, 4)
     assert ranges[DESCRIBE_TXNS] == (0, 0) and ranges[LIST_TXNS] == (0, 1)
     features = {f.name for f in body.supported_features} | {

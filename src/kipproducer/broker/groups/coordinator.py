@@ -50,6 +50,7 @@ from .results import (
     all_failed,
 )
 from .stored import CommittedOffset
+from .subscriptions import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from .timers import KeyedTimers
 from .txn_offsets import add_pending, end_transaction, pending_partitions, settles
 
@@ -693,6 +694,58 @@ class GroupCoordinator:
             else:
                 results[group_id] = self._remove_group(group, "deleted")
         return results
+
+    def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete: (group error, error per partition), Kafka's handleDeleteOffsets.
+
+        An Empty group loses the offsets of every partition named; a "consumer" group with
+        members keeps those of topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC) and
+        loses the others; a group of another protocol type with members is NON_EMPTY_GROUP.
+        Deletions are fsynced tombstones, so they survive a restart; an Empty group left with
+        no offsets is removed, as Kafka's cleanup does. Group errors (the partition map is then
+        empty): INVALID_GROUP_ID, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, NOT_COORDINATOR (the
+        tombstones could not be written), COORDINATOR_NOT_AVAILABLE.
+        """
+        if not self._active:
+            return errors.COORDINATOR_NOT_AVAILABLE, {}
+        if not group_id:
+            return errors.INVALID_GROUP_ID, {}
+        group = self._groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return errors.GROUP_ID_NOT_FOUND, {}
+        requested = list(dict.fromkeys(partitions))
+        results: dict[TopicPartition, int] = {}
+        if group.is_in(GroupState.EMPTY):
+            eligible = requested
+        elif group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            subscribed = subscribed_topics(group) or set()
+            eligible = [tp for tp in requested if tp[0] not in subscribed]
+            results.update(
+                {tp: errors.GROUP_SUBSCRIBED_TO_TOPIC for tp in requested if tp[0] in subscribed}
+            )
+        else:
+            return errors.NON_EMPTY_GROUP, {}
+        present = [tp for tp in eligible if tp in group.offsets]
+        if present:
+            try:
+                self._store.append_offsets_deleted(group.group_id, present)
+            except OSError:
+                logger.exception("group %s: could not delete offsets", group.group_id)
+                return errors.NOT_COORDINATOR, {}
+            for tp in present:
+                del group.offsets[tp]
+            logger.info("group %s: deleted the offsets of %s", group.group_id, present)
+        results.update(dict.fromkeys(eligible, errors.NONE))
+        if (
+            group.is_in(GroupState.EMPTY)
+            and not group.offsets
+            and not group.pending_members
+            and not group.pending_txn_offsets
+        ):
+            self._remove_group(group, "its last offsets were deleted")
+        return errors.NONE, results
 
     # -------------------------------------------------------------------- retention
 

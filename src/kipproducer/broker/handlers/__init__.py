@@ -2,10 +2,15 @@
 
 from . import (  # noqa: F401
     admin,
+    client_metrics,
     cluster,
+    describe_topic_partitions,
     fetch,
     groups,
+    log_dirs,
+    offset_delete,
     produce,
+    reassignments,
     security,
     transactions,
     txn_markers,

@@ -14,6 +14,7 @@ from kipproducer.protocol.wire_extensions import (
 )
 
 from ..api import RequestContext, handles
+from ..security.authorized_ops import cluster_operations, topic_operations
 from ..security.checks import may_create_topic, may_describe_topic
 from ..server import api_versions_table
 from ..storage.errors import (
@@ -24,7 +25,7 @@ from ..storage.errors import (
     UnknownTopicError,
 )
 from ..storage.log_manager import is_internal_topic
-from .common import AUTHORIZED_OPERATIONS_OMITTED, LEADER_EPOCH, logs_of
+from .common import LEADER_EPOCH, logs_of
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -149,7 +150,12 @@ async def metadata(ctx: RequestContext, body):
         else:
             code = ec.UNKNOWN_TOPIC_OR_PARTITION
         if info is None:
-            out.append({"error_code": code, "name": name, "partitions": ()})
+            missing = {"error_code": code, "name": name, "partitions": ()}
+            if v >= 8 and code != ec.TOPIC_AUTHORIZATION_FAILED:
+                # Kafka fills it for every topic the principal may describe, found or not.
+                missing["topic_authorized_operations"] = topic_operations(
+                    ctx, name, body.include_topic_authorized_operations)
+            out.append(missing)
             continue
         topic = {
             "error_code": ec.NONE,
@@ -161,7 +167,8 @@ async def metadata(ctx: RequestContext, body):
         if v >= 1:
             topic["is_internal"] = is_internal_topic(info.name)
         if v >= 8:
-            topic["topic_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+            topic["topic_authorized_operations"] = topic_operations(
+                ctx, info.name, body.include_topic_authorized_operations)
         if v >= 10:
             topic["topic_id"] = info.topic_id
         out.append(topic)
@@ -178,7 +185,8 @@ async def metadata(ctx: RequestContext, body):
     if v >= 2:
         fields["cluster_id"] = broker.config.cluster_id
     if 8 <= v <= 10:
-        fields["cluster_authorized_operations"] = AUTHORIZED_OPERATIONS_OMITTED
+        fields["cluster_authorized_operations"] = cluster_operations(
+            ctx, body.include_cluster_authorized_operations)
     return build_response(METADATA, v, **fields)
 
 
@@ -198,5 +206,6 @@ async def describe_cluster(ctx: RequestContext, body):
                 "rack": None,
             }
         ],
-        cluster_authorized_operations=AUTHORIZED_OPERATIONS_OMITTED,
+        cluster_authorized_operations=cluster_operations(
+            ctx, body.include_cluster_authorized_operations),
     )

@@ -127,7 +127,7 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
     return responses, total, failed
 
 
-@handles(FETCH, 4, 16, advertise_min=0)
+@handles(FETCH, 4, 17)
 async def fetch(ctx: RequestContext, body):
     v = ctx.api_version
     extra = {}
@@ -147,7 +147,7 @@ async def fetch(ctx: RequestContext, body):
     return build_response(FETCH, v, responses=responses, **extra)
 
 
-@handles(LIST_OFFSETS, 1, 8, advertise_min=0)
+@handles(LIST_OFFSETS, 1, 9)
 async def list_offsets(ctx: RequestContext, body):
     logs = logs_of(ctx)
     v = ctx.api_version

@@ -267,7 +267,7 @@ def _check_keys(batch) -> None:
         )
 
 
-@handles(PRODUCE, 3, 12, advertise_min=0)
+@handles(PRODUCE, 3, 11)
 async def produce(ctx: RequestContext, body):
     logs = logs_of(ctx)
     mode = getattr(body, "produce_mode", ProduceMode.ASSIGN)

@@ -1,9 +1,10 @@
 """InitProducerId and the transaction APIs, translated to the TransactionCoordinator's calls.
 
-Served as Kafka serves clients under transaction version 1 (the broker does not advertise the
-``transaction.version`` feature): AddPartitionsToTxn v0-3 (v4+ is broker to broker),
-AddOffsetsToTxn v0-3, EndTxn v0-4 (v5 bumps the epoch per transaction, TV2),
-DescribeTransactions v0, ListTransactions v0-1.
+Served as Kafka 3.9 serves them under transaction version 1 (the broker does not advertise the
+``transaction.version`` feature): AddPartitionsToTxn v0-3 from producers and v4-5, the
+batched broker-to-broker form (add or verify_only per transaction, CLUSTER_ACTION required),
+AddOffsetsToTxn v0-4 (v4 only allows the TRANSACTION_ABORTABLE error), EndTxn v0-4 (v5 bumps
+the epoch per transaction, TV2), DescribeTransactions v0, ListTransactions v0-1.
 
 Authorization and the per-version error mapping are KafkaApis' rules: WRITE on the
 TransactionalId for everything a producer sends (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
@@ -18,6 +19,7 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
+from ..security.acls import AclOperation
 from ..security.checks import (
     may_describe_topic,
     may_describe_transactional_id,
@@ -25,6 +27,7 @@ from ..security.checks import (
     may_write_idempotently,
     may_write_topic,
     may_write_transactional_id,
+    on_cluster,
 )
 from ..transactions import TransactionCoordinator
 from .common import logs_of
@@ -62,7 +65,7 @@ def _init_answer(ctx: RequestContext, code: int, producer_id: int = NO_PRODUCER_
                           producer_id=producer_id, producer_epoch=producer_epoch)
 
 
-@handles(INIT_PRODUCER_ID, 0, 5, advertise_min=0)
+@handles(INIT_PRODUCER_ID, 0, 5)
 async def init_producer_id(ctx: RequestContext, body):
     transactional_id = body.transactional_id
     if transactional_id is not None:
@@ -133,8 +136,8 @@ def _add_partitions_answer(ctx: RequestContext, codes: dict[tuple[str, int], int
     )
 
 
-@handles(ADD_PARTITIONS_TO_TXN, 0, 3)
-async def add_partitions_to_txn(ctx: RequestContext, body):
+async def _add_for_client(ctx: RequestContext, body):
+    """v0-3: one transaction from its producer, WRITE on the id and on each topic."""
     transactional_id = body.v3_and_below_transactional_id
     requested = {(t.name, p): ec.NONE for t in body.v3_and_below_topics for p in t.partitions}
     if not may_write_transactional_id(ctx, transactional_id):
@@ -154,10 +157,61 @@ async def add_partitions_to_txn(ctx: RequestContext, body):
         ctx, dict.fromkeys(codes, _fenced_for(ctx.api_version, 2, code)))
 
 
+async def _add_one_batched(ctx: RequestContext, txn) -> dict[tuple[str, int], int]:
+    """One transaction of a v4+ request: topics need no WRITE (the sender is a broker with
+    CLUSTER_ACTION), unknown partitions fail the transaction as in v0-3."""
+    requested = [(t.name, p) for t in txn.topics for p in t.partitions]
+    known = logs_of(ctx).topics()
+    missing = {tp for tp in requested
+               if tp[0] not in known or not 0 <= tp[1] < known[tp[0]].partitions}
+    if missing:
+        return {tp: ec.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else ec.OPERATION_NOT_ATTEMPTED
+                for tp in requested}
+    coordinator = _coordinator(ctx)
+    if coordinator is None:
+        return dict.fromkeys(requested, ec.COORDINATOR_NOT_AVAILABLE)
+    if txn.verify_only:
+        return coordinator.verify_partitions(
+            txn.transactional_id, txn.producer_id, txn.producer_epoch, requested)
+    code = await coordinator.add_partitions(
+        txn.transactional_id, txn.producer_id, txn.producer_epoch, requested)
+    return dict.fromkeys(requested, code)
+
+
+async def _add_batched(ctx: RequestContext, body):
+    """v4-5 (KIP-890 part 1): the broker-to-broker form, many transactions per request, each
+    either added or only verified; the sender needs CLUSTER_ACTION on the Cluster."""
+    if not on_cluster(ctx, AclOperation.CLUSTER_ACTION):
+        return build_response(ADD_PARTITIONS_TO_TXN, ctx.api_version,
+                              error_code=ec.CLUSTER_AUTHORIZATION_FAILED,
+                              results_by_transaction=())
+    results = []
+    for txn in body.transactions:
+        codes = await _add_one_batched(ctx, txn)
+        by_topic: dict[str, list[dict]] = {}
+        for (topic, partition), code in codes.items():
+            by_topic.setdefault(topic, []).append(
+                {"partition_index": partition, "partition_error_code": code})
+        results.append({
+            "transactional_id": txn.transactional_id,
+            "topic_results": [{"name": t, "results_by_partition": ps}
+                              for t, ps in by_topic.items()],
+        })
+    return build_response(ADD_PARTITIONS_TO_TXN, ctx.api_version, error_code=ec.NONE,
+                          results_by_transaction=results)
+
+
+@handles(ADD_PARTITIONS_TO_TXN, 0, 5)
+async def add_partitions_to_txn(ctx: RequestContext, body):
+    if ctx.api_version >= 4:
+        return await _add_batched(ctx, body)
+    return await _add_for_client(ctx, body)
+
+
 # -- AddOffsetsToTxn --------------------------------------------------------------------------
 
 
-@handles(ADD_OFFSETS_TO_TXN, 0, 3)
+@handles(ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, body):
     if not may_write_transactional_id(ctx, body.transactional_id):
         code = ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

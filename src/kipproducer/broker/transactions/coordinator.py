@@ -450,6 +450,23 @@ class TransactionCoordinator:
             return ec.NONE
         return ec.INVALID_TXN_STATE
 
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int,
+        partitions: Collection[TopicPartition],
+    ) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn v4+ with verify_only (Kafka's verifyPartitionsInTransaction):
+        NONE per partition already in the Ongoing transaction, else INVALID_TXN_STATE; one
+        code for all when the id, producer or state is wrong (PRODUCER_FENCED unmapped, as
+        the broker-to-broker answer carries it)."""
+        current = self._owned(transactional_id, producer_id, producer_epoch)
+        if isinstance(current, TransactionMetadata) and (
+                transactional_id in self._pending or current.state in PREPARING):
+            current = ec.CONCURRENT_TRANSACTIONS
+        if isinstance(current, int):
+            return dict.fromkeys(partitions, current)
+        return {tp: ec.NONE if current.state == S.ONGOING and tp in current.partitions
+                else ec.INVALID_TXN_STATE for tp in partitions}
+
     def verify_txn_offset_commit(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> int:
