@@ -350,3 +350,33 @@ def test_bulk_bad_columns():
         acc.append_arrays("t", 0, [b"ok", 5])
     with pytest.raises(OffsetOrderError):
         acc.append_arrays("t", 0, [b"a", b"b"], offsets=np.array([5, 5]))
+
+
+def test_packed_runs_are_batches_back_to_back():
+    """pack_runs (KIP-WIRE §9): a gap in explicit offsets starts a new RecordBatch in the same
+    ProducerBatch; each run is a valid producer batch with its own offsets, and sequences
+    continue from run to run."""
+    import numpy as np
+
+    from kipproducer.records import decode_batches
+
+    acc = RecordAccumulator(linger_ms=0)
+    acc.pack_runs = True
+    acc.set_producer(7, 0)
+    offsets = np.array([10, 11, 12, 20, 30, 31], dtype=np.int64)
+    assert acc.append_arrays("t", 0, [b"v%d" % o for o in offsets], offsets=offsets) == 6
+    [batch] = acc.drain(flush=True)
+    assert (batch.record_count, batch.base_offset, batch.last_offset) == (6, 10, 31)
+    assert [batch.record_offset(i) for i in range(6)] == offsets.tolist()
+    runs = list(decode_batches(batch.data, validate=True, strict=True))
+    assert [(b.base_offset, b.record_count, b.base_sequence, b.producer_id) for b in runs] == [
+        (10, 3, 0, 7), (20, 1, 3, 7), (30, 2, 4, 7)]
+    assert [r.value for b in runs for r in b] == [b"v%d" % o for o in offsets]
+    # A new epoch re-stamps every run; the next batch continues the sequence.
+    acc.set_producer(8, 0)
+    assert acc.append_arrays("t", 0, [b"x"], offsets=np.array([40], np.int64)) == 1
+    [later] = acc.drain(flush=True)
+    assert later.base_sequence == 0 and later.runs is None
+    acc.release(batch)
+    acc.release(later)
+    assert (acc.buffered_bytes, acc.buffered_messages) == (0, 0)

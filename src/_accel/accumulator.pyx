@@ -162,6 +162,10 @@ cdef class ProducerBatch:
     # the batch later only checksums its 40 header bytes.
     cdef uint32_t records_crc
     cdef bint has_records_crc
+    # Packed runs of offsets (KIP-WIRE §9): None, or one entry per RecordBatch in ``buf``,
+    # (header position, records, base offset, base timestamp, max timestamp), each stamped
+    # with its own header and CRC and sequences continuing from one to the next.
+    cdef readonly list runs
 
     def __cinit__(self):
         self.buf.data = NULL
@@ -216,7 +220,20 @@ cdef class ProducerBatch:
 
     @property
     def last_offset(self):
+        if self.runs is not None:
+            run = self.runs[len(self.runs) - 1]
+            return run[2] + run[1] - 1
         return self.base_offset + self.record_count - 1
+
+    def record_offset(self, Py_ssize_t index):
+        """The offset record ``index`` of this batch was given (explicit or expected)."""
+        if self.runs is None:
+            return self.base_offset + index
+        for run in self.runs:
+            if index < run[1]:
+                return run[2] + index
+            index -= run[1]
+        raise IndexError("record index past the batch")
 
     @property
     def last_sequence(self):
@@ -236,10 +253,34 @@ cdef class ProducerBatch:
                 f"records={self.record_count}, base_sequence={self.base_sequence}, "
                 f"size={self.buf.size}, finished={self.finished})")
 
+    cdef int _finish_runs(self, BatchFields *f) except -1:
+        """Write every run's header and CRC in place: f has the producer fields and the
+        first run's base sequence."""
+        cdef Py_ssize_t i, start, end
+        cdef int32_t sequence = f.base_sequence
+        if self._exports:
+            raise BufferError("cannot re-stamp a batch whose bytes are being read")
+        for i in range(len(self.runs)):
+            start, count, base_offset, base_ts, max_ts = self.runs[i]
+            end = self.runs[i + 1][0] if i + 1 < len(self.runs) else self.buf.size
+            f.base_offset = base_offset
+            f.last_offset_delta = count - 1
+            f.base_timestamp = base_ts
+            f.max_timestamp = max_ts
+            f.records_count = count
+            f.base_sequence = sequence
+            write_batch_header(self.buf.data + start, f, end - start)
+            if sequence >= 0:
+                sequence = increment_sequence(sequence, count)
+        self.finished = True
+        return 0
+
     cdef int _finish(self, BatchFields *f) except -1:
         """Compress (first time only) and write header + CRC in place."""
         cdef bytes packed
         cdef Py_ssize_t n
+        if self.runs is not None:
+            return self._finish_runs(f)
         if self._exports:
             raise BufferError("cannot re-stamp a batch whose bytes are being read")
         if not self.finished and self.codec:
@@ -272,6 +313,12 @@ cdef class PartitionState:
     cdef int64_t max_ts
     cdef int64_t opened_ms
     cdef list opaque_runs
+    # packed runs (KIP-WIRE §9): the open batch's earlier runs of explicit offsets, each its
+    # own RecordBatch in ``buf`` (see ProducerBatch.runs); count, base_offset, base_ts and
+    # max_ts above are the current run's
+    cdef list runs
+    cdef Py_ssize_t run_start          # header position of the current run
+    cdef int32_t unit_count            # records in the earlier runs
     # explicit offsets: the last one appended, for the strictly-increasing rule
     cdef readonly int64_t last_offset
     # closed batches, oldest first
@@ -293,7 +340,7 @@ cdef class PartitionState:
 
     @property
     def open_records(self):
-        return self.count
+        return self.count + self.unit_count
 
     @property
     def ready_batches(self):
@@ -317,6 +364,10 @@ cdef class RecordAccumulator:
     # Batches closed so far (full, an offset gap, a mode change, linger, flush): the sender
     # compares it with what it saw before sleeping to know whether an append made one ready.
     cdef readonly int64_t closed_batches
+    # Several runs of explicit offsets in one batch (its RecordBatches back to back), for a
+    # broker that takes them in one request (KIP-WIRE version 2); the engine sets it from the
+    # leader's features. Off: a gap closes the batch.
+    cdef public bint pack_runs
     cdef dict _topics                  # topic -> list of PartitionState (index = partition)
     cdef str _last_topic
     cdef int32_t _last_partition
@@ -437,7 +488,18 @@ cdef class RecordAccumulator:
         b.max_timestamp = st.max_ts
         b.opaque_runs = st.opaque_runs
         b.codec = self.codec
-        if b.codec == 0:
+        if st.runs is not None:
+            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
+            b.runs = st.runs
+            b.record_count = st.count + st.unit_count
+            first = st.runs[0]
+            b.base_offset = first[2]
+            b.first_timestamp = first[3]
+            b.max_timestamp = max([run[4] for run in st.runs])
+            st.runs = None
+            st.unit_count = 0
+            st.run_start = 0
+        elif b.codec == 0:
             b.records_crc = kip_crc32c(0, b.buf.data + BATCH_HEADER_SIZE, b.records_size)
             b.has_records_crc = True
         b.transactional = self.transactional
@@ -455,7 +517,7 @@ cdef class RecordAccumulator:
         cdef int64_t ts_delta
         cdef Py_ssize_t body, wire
         cdef unsigned char *p
-        if st.count == 0 or st.count >= self.batch_num_messages:
+        if st.count == 0 or st.count + st.unit_count >= self.batch_num_messages:
             return False
         if st.opaque_runs is None:
             if opaque is not None:
@@ -486,8 +548,9 @@ cdef class RecordAccumulator:
     cdef int _append(self, PartitionState st, Blob *key, Blob *value, object headers,
                      int64_t timestamp, int mode, int64_t offset, object opaque) except -1:
         """Append one record; returns 1, or 0 when the buffer bounds are reached."""
-        cdef Py_ssize_t hsize = 1, hcount = 0, body, wire
+        cdef Py_ssize_t hsize = 1, hcount = 0, body, wire, index
         cdef bint has_offset = mode != MODE_ASSIGN
+        cdef bint new_run, opening
         cdef unsigned char *p
         cdef int64_t ts_delta
         if has_offset and offset < 0:
@@ -502,30 +565,58 @@ cdef class RecordAccumulator:
                     f"{st.last_offset}; explicit offsets must strictly increase per partition")
         if headers is not None:
             hsize = headers_wire_size(headers, &hcount)
-        # A new batch starts on a mode change, an offset gap, or when this record won't fit.
+        # A new batch starts on a mode change, an offset gap, or when this record won't fit;
+        # with pack_runs an offset gap starts a new run (RecordBatch) in the same batch.
+        new_run = False
         if st.count:
             if (mode != st.mode
                     or (has_offset and offset != st.base_offset + st.count)
-                    or st.count >= self.batch_num_messages):
-                self._close(st)
-        ts_delta = timestamp - st.base_ts if st.count else 0
-        body = record_body_size(ts_delta, st.count, key, value, hsize)
+                    or st.count + st.unit_count >= self.batch_num_messages):
+                body = record_body_size(0, 0, key, value, hsize)
+                if (self.pack_runs and mode == MODE_USE_OFFSETS and st.mode == mode
+                        and self.codec == 0
+                        and st.count + st.unit_count < self.batch_num_messages
+                        and st.buf.size + BATCH_HEADER_SIZE + varint_size(body) + body
+                        <= self.batch_size):
+                    new_run = True
+                else:
+                    self._close(st)
+        ts_delta = timestamp - st.base_ts if (st.count and not new_run) else 0
+        body = record_body_size(ts_delta, 0 if new_run else st.count, key, value, hsize)
         wire = varint_size(body) + body
-        if st.count and st.buf.size + wire > self.batch_size:
+        if st.count and not new_run and st.buf.size + wire > self.batch_size:
             self._close(st)
             ts_delta = 0
             body = record_body_size(0, 0, key, value, hsize)
             wire = varint_size(body) + body
+        opening = st.count == 0 and st.unit_count == 0
         if (self.buffered_messages >= self.max_messages
-                or (self.buffered_bytes + wire + (0 if st.count else BATCH_OVERHEAD)
-                    > self.max_bytes and self.buffered_messages)):
+                or (self.buffered_bytes + wire + (BATCH_OVERHEAD if opening else 0)
+                    + (BATCH_HEADER_SIZE if new_run else 0) > self.max_bytes
+                    and self.buffered_messages)):
             return 0
-        if st.count == 0:
+        if new_run:
+            # The current run becomes one of the batch's earlier runs; the new one gets a
+            # header of its own (written at drain, with the producer fields).
+            if st.runs is None:
+                st.runs = []
+            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
+            st.unit_count += st.count
+            bytebuf_reserve(&st.buf, BATCH_HEADER_SIZE + wire)
+            st.run_start = st.buf.size
+            st.buf.size += BATCH_HEADER_SIZE
+            st.count = 0
+            st.base_offset = offset
+            st.base_ts = timestamp
+            st.max_ts = timestamp
+            self.buffered_bytes += BATCH_HEADER_SIZE
+        elif opening:
             self.buffered_bytes += BATCH_OVERHEAD
             # Room for a typical full batch up front, so the buffer rarely grows (and copies).
             pool_take(&st.buf, BATCH_HEADER_SIZE + wire)
             bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
             st.buf.size = BATCH_HEADER_SIZE
+            st.run_start = 0
             st.mode = mode
             st.base_offset = offset if has_offset else 0
             st.base_ts = timestamp
@@ -542,11 +633,12 @@ cdef class RecordAccumulator:
         else:
             p = write_headers(p, headers, hcount)
         st.buf.size = p - st.buf.data
+        index = st.unit_count + st.count  # the record's index in the batch
         if st.opaque_runs is None:
             if opaque is not None:
-                st.opaque_runs = [(0, None), (st.count, opaque)] if st.count else [(0, opaque)]
+                st.opaque_runs = [(0, None), (index, opaque)] if index else [(0, opaque)]
         elif last_run_opaque(st.opaque_runs) is not opaque:
-            st.opaque_runs.append((st.count, opaque))
+            st.opaque_runs.append((index, opaque))
         st.count += 1
         if mode == MODE_USE_OFFSETS:
             st.last_offset = offset

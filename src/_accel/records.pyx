@@ -624,6 +624,129 @@ def validate_batch(data, *, bint strict=True):
         PyBuffer_Release(&view)
 
 
+class UnitRuleError(ValueError):
+    """Batches of one partition's records field that may not travel together (KIP-WIRE §9),
+    or a producer batch breaking a header rule; the message names the batch and the rule."""
+
+
+def split_unit(data, int mode):
+    """The batches of a produce request's records field, each validated as a producer batch
+    (strict), checked against each other when there are several (KIP-WIRE §9) and against
+    the header rules every produced batch obeys: a list of Batch (``position``: where each
+    starts in ``data``). One C pass, whatever the number of batches.
+
+    ``mode``: the request's ProduceMode; 0 allows one batch only (Kafka's rule), 1 (explicit
+    offsets) rising, non-overlapping base offsets, 2 (expected offsets) each later batch
+    expecting -1 or exactly where the previous one ends. Raises CorruptRecordError for a
+    batch's bytes, UnitRuleError for a rule.
+    """
+    cdef Py_buffer view
+    cdef Py_ssize_t pos = 0, extent, index = 0
+    cdef list out = []
+    cdef Batch b, first = None, previous = None
+    cdef int32_t want
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if view.len == 0:
+            raise CorruptRecordError("no record batch in an empty buffer", "truncated")
+        while pos < view.len:
+            extent = batch_extent(<const unsigned char *>view.buf + pos, view.len - pos, pos)
+            if extent < 0:
+                raise CorruptRecordError(
+                    f"batch at byte {pos} is truncated: {view.len - pos} bytes left",
+                    "truncated")
+            if index == 1 and mode == 0:
+                raise CorruptRecordError(
+                    f"{view.len - pos} bytes follow the record batch; exactly one batch is "
+                    "allowed", "trailing_bytes")
+            b = read_one(data, &view, pos, True, True)
+            if b.attributes & CONTROL_FLAG:
+                raise UnitRuleError("clients may not produce control batches")
+            if b.producer_id >= 0 and b.base_sequence < 0:
+                raise UnitRuleError(f"producer id {b.producer_id} sent no base sequence")
+            if first is None:
+                first = b
+            else:
+                where = f"batch {index} of the unit"
+                if b.producer_id != first.producer_id or b.producer_epoch != first.producer_epoch:
+                    raise UnitRuleError(
+                        f"{where}: producer {b.producer_id} epoch {b.producer_epoch} differs "
+                        f"from the first batch's ({first.producer_id}, "
+                        f"{first.producer_epoch})")
+                if (b.attributes & TRANSACTIONAL_FLAG) != (first.attributes & TRANSACTIONAL_FLAG):
+                    raise UnitRuleError(f"{where}: transactional flag differs from the first "
+                                        "batch's")
+                if first.producer_id >= 0 and first.base_sequence >= 0:
+                    want = increment_sequence(
+                        increment_sequence(previous.base_sequence, previous.last_offset_delta), 1)
+                    if b.base_sequence != want:
+                        raise UnitRuleError(
+                            f"{where}: base sequence {b.base_sequence} does not continue the "
+                            f"previous batch (expected {want})")
+                if mode == 1:
+                    if b.base_offset < previous.base_offset + previous.record_count:
+                        raise UnitRuleError(
+                            f"{where}: base offset {b.base_offset} overlaps or goes back (the "
+                            f"previous batch ends at "
+                            f"{previous.base_offset + previous.record_count - 1}); offsets "
+                            "must rise")
+                elif b.base_offset != -1:
+                    if previous.base_offset == -1:
+                        raise UnitRuleError(
+                            f"{where}: expects offset {b.base_offset} after a batch with no "
+                            "expectation; later batches must then expect nothing (-1)")
+                    if b.base_offset != previous.base_offset + previous.record_count:
+                        raise UnitRuleError(
+                            f"{where}: expects offset {b.base_offset}, but the previous batch "
+                            f"ends at {previous.base_offset + previous.record_count - 1}; a "
+                            "later batch expects -1 or exactly "
+                            f"{previous.base_offset + previous.record_count}")
+            out.append(b)
+            previous = b
+            pos += extent
+            index += 1
+        return out
+    finally:
+        PyBuffer_Release(&view)
+
+
+def place_unit(data, list batches, int64_t first_offset, int32_t leader_epoch):
+    """Write where each batch of a unit lands into ``data`` in place: with ``first_offset``
+    >= 0 the batches go back to back from it (offsets assigned), else each keeps its own base
+    offset; every partitionLeaderEpoch becomes ``leader_epoch``. Returns (first offset, last
+    offset, max timestamp) of the unit."""
+    cdef Batch b
+    cdef int64_t base, next_offset = first_offset, first = -1, max_ts = -1
+    for b in batches:
+        base = next_offset if first_offset >= 0 else b.base_offset
+        if base != b.base_offset:
+            patch_header(data, b.position, BASE_OFFSET_POS, base, True)
+        patch_header(data, b.position, PARTITION_LEADER_EPOCH_POS, leader_epoch, False)
+        if first < 0:
+            first = base
+        if b.max_timestamp > max_ts:
+            max_ts = b.max_timestamp
+        next_offset = base + b.last_offset_delta + 1
+    return first, next_offset - 1, max_ts
+
+
+def null_key_indexes(Batch batch not None):
+    """Indexes of the records with a null key (a compacted topic refuses them)."""
+    cdef RecordView r
+    cdef const unsigned char *p
+    cdef const unsigned char *end
+    cdef Py_ssize_t i
+    cdef list out = []
+    batch._ensure_records()
+    p = batch._records
+    end = batch._records + batch._records_size
+    for i in range(batch.record_count):
+        p = parse_record(p, end, &r, i)
+        if r.key_size < 0:
+            out.append(i)
+    return out
+
+
 cdef int patch_header(object buf, Py_ssize_t pos, Py_ssize_t field_pos, int64_t value,
                       bint wide) except -1:
     """Overwrite one header field of the batch at buf[pos:] in place: an int64 (wide) or an

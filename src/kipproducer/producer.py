@@ -730,16 +730,33 @@ class Producer(confluent_kafka.Producer):
             if callback is None:
                 continue
             if target is None or not target.per_record:
-                first = report.base_offset + start if report.base_offset >= 0 else -1
+                if report.base_offset < 0:
+                    first = -1
+                elif batch.runs is None:
+                    first = report.base_offset + start
+                else:  # packed runs of explicit offsets: where this record was put
+                    first = batch.record_offset(start)
                 callback(report.error, BatchDelivery(batch.topic, batch.partition, first,
                                                      end - start, report.error))
                 served += 1
                 continue
             if decoded is None:  # our own batch: no need to check its CRC again
-                decoded = next(decode_batches(batch.data, validate=False))
-            served += decoded.deliver(start, end, report.base_offset, batch.topic,
-                                      batch.partition, report.error, callback,
-                                      confluent_kafka.Message, _TIMESTAMP_CREATE_TIME)
+                decoded = list(decode_batches(batch.data, validate=False))
+            if len(decoded) == 1:
+                served += decoded[0].deliver(start, end, report.base_offset, batch.topic,
+                                             batch.partition, report.error, callback,
+                                             confluent_kafka.Message, _TIMESTAMP_CREATE_TIME)
+                continue
+            first_index = 0  # packed runs: each RecordBatch reports its part of [start, end)
+            for run in decoded:
+                stop = first_index + run.record_count
+                if stop > start and first_index < end:
+                    served += run.deliver(
+                        max(start, first_index) - first_index, min(end, stop) - first_index,
+                        run.base_offset if report.base_offset >= 0 else -1, batch.topic,
+                        batch.partition, report.error, callback, confluent_kafka.Message,
+                        _TIMESTAMP_CREATE_TIME)
+                first_index = stop
         return served
 
     def poll(self, timeout: float | None = None) -> int:  # type: ignore[override]

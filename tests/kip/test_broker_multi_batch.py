@@ -162,15 +162,19 @@ def test_version_1_broker_takes_one_batch_per_partition():
 
 
 def test_unit_transactional_flags_must_agree():
-    """The flag rule, on the checker itself: reaching it on the wire needs an open transaction
+    """The flag rule, on the splitter itself: reaching it on the wire needs an open transaction
     whose verification runs first for each transactional batch."""
-    from kipproducer.broker.produce_unit import UnitRefused, check_unit, split_records
+    from kipproducer.broker.produce_unit import BatchUnit
+    from kipproducer.records import UnitRuleError, split_unit
 
     records = memoryview(bytearray(unit(idempotent_batch([b"a"], 0, 9, 0),
                                         idempotent_batch([b"b"], 1, 9, 1, transactional=True))))
-    with pytest.raises(UnitRefused, match="transactional flag differs"):
-        check_unit(split_records(records), EXPECT)
-    good = check_unit(split_records(memoryview(bytearray(unit(
-        idempotent_batch([b"a", b"b"], 0, 9, 0), idempotent_batch([b"c"], 2, 9, 2))))), EXPECT)
+    with pytest.raises(UnitRuleError, match="transactional flag differs"):
+        split_unit(records, EXPECT)
+    whole = memoryview(bytearray(unit(idempotent_batch([b"a", b"b"], 0, 9, 0),
+                                      idempotent_batch([b"c"], 2, 9, 2))))
+    good = BatchUnit(split_unit(whole, EXPECT), whole)
     assert (good.base_sequence, good.last_offset_delta, good.record_count, len(good)) == (
         0, 2, 3, 2)
+    assert [bytes(buf) for buf, _ in good.parts] == [
+        bytes(whole[b.position:b.position + b.size_in_bytes]) for b in good.batches]

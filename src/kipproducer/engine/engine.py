@@ -620,6 +620,9 @@ class Engine:
     async def _init_producer_id(self) -> None:
         try:
             conn = await self.cluster.any_connection()
+            # The cluster's first answer says whether runs of offsets may be packed (§9).
+            self.acc.pack_runs = conn.supports_feature(FEATURE_PRODUCE_OFFSETS,
+                                                       MULTI_BATCH_VERSION)
             version = conn.version_for(INIT_PRODUCER_ID, 4)
             response = await conn.request(INIT_PRODUCER_ID, version, build_request(
                 INIT_PRODUCER_ID, version, transactional_id=None,
@@ -807,7 +810,18 @@ class Engine:
                 supported = conn.supports_feature(feature)
             except BrokerConnectionError:
                 supported = False
-            if not supported:
+            units = supported and conn.supports_feature(feature, MULTI_BATCH_VERSION)
+            if mode == ProduceMode.USE_OFFSETS:
+                # Later batches pack their runs of offsets as the leader allows (§9).
+                self.acc.pack_runs = units
+            if supported and batch.runs is not None and not units:
+                error = kafka_error(
+                    KafkaError._UNSUPPORTED_FEATURE,
+                    f"a batch of {len(batch.runs)} runs of offsets was packed for a broker "
+                    f"that takes several per request (KIP-WIRE version 2), but broker "
+                    f"{conn.node_id} ({conn.host}:{conn.port}) advertises {feature!r} "
+                    "version 1 only; nothing was sent", mode=mode)
+            elif not supported:
                 error = kafka_error(
                     KafkaError._UNSUPPORTED_FEATURE,
                     f"{MODE_CALL[mode]} is unsupported by broker {conn.node_id} "

@@ -32,10 +32,10 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, EncodedAnswer
 from kipproducer.protocol.wire_extensions import MULTI_BATCH_VERSION, ProduceMode
-from kipproducer.records import validate_batch
+from kipproducer.records import UnitRuleError, null_key_indexes, split_unit, validate_batch
 
 from ..api import RequestContext, handles
-from ..produce_unit import BatchUnit, UnitRefused, check_unit, split_records
+from ..produce_unit import BatchUnit
 from ..producer_state import Duplicate, ProducerStateError
 from ..security.checks import (
     may_produce_with_offsets,
@@ -154,28 +154,33 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
         _check_one(ctx, info, batch, mode, txn, partition)
         return _apply_compression_type(config, records, batch)
     try:
-        parts = split_records(records)
+        batches = split_unit(records, mode)
     except CorruptRecordError as exc:
         raise _corrupt(exc) from None
-    for _, batch in parts:
-        _check_size(batch.size_in_bytes, config)
-        _check_one(ctx, info, batch, mode, txn, partition)
-    if len(parts) == 1:
-        return _apply_compression_type(config, records, parts[0][1])
+    except UnitRuleError as exc:
+        raise PartitionRefused(ec.INVALID_RECORD, str(exc)) from None
+    _check_size(max(batch.size_in_bytes for batch in batches), config)
+    first = batches[0]
+    if first.is_transactional:  # (the others: same flag and producer, split_unit checked)
+        _check_transactional(ctx, txn, first, mode, info.name, partition)
+    _check_timestamps(config, *batches)
+    if config.compact:
+        for batch in batches:
+            _check_keys(batch)
+    if len(batches) == 1:
+        return _apply_compression_type(config, records, first)
     if ctx.broker.config.kip_wire_version < MULTI_BATCH_VERSION:
         raise PartitionRefused(
             ec.INVALID_RECORD,
-            f"{len(parts)} record batches for one partition; this broker advertises "
+            f"{len(batches)} record batches for one partition; this broker advertises "
             "KIP-WIRE version 1 (kip.wire.version=1): one batch per partition")
-    try:
-        unit = check_unit(parts, mode, records)
-    except UnitRefused as exc:
-        raise PartitionRefused(ec.INVALID_RECORD, str(exc)) from None
+    unit = BatchUnit(batches, records)
     if config.compression_type != "producer":
-        unit.parts = [_apply_compression_type(config, buf, batch) for buf, batch in parts]
-        if any(buf is not original for (buf, _), (original, _) in zip(unit.parts, parts,
+        parts = unit.parts
+        rewritten = [_apply_compression_type(config, buf, batch) for buf, batch in parts]
+        if any(buf is not original for (buf, _), (original, _) in zip(rewritten, parts,
                                                                       strict=True)):
-            unit.whole = None
+            unit.parts = rewritten
     return None, unit
 
 
@@ -233,33 +238,38 @@ def _apply_compression_type(config, records, batch):
     return rewritten, validate_batch(rewritten)
 
 
-def _check_timestamps(config, batch) -> None:
+def _check_timestamps(config, *batches) -> None:
+    """message.timestamp.{after,before}.max.ms for a batch (or a unit's batches)."""
     if config.log_append_time:
         return
-    now = int(time.time() * 1000)
     after, before = config.message_timestamp_after_max_ms, config.message_timestamp_before_max_ms
-    if after < LONG_MAX and batch.max_timestamp > now + after:
+    if after == LONG_MAX and before == LONG_MAX:
+        return
+    now = int(time.time() * 1000)
+    newest = max(batch.max_timestamp for batch in batches)
+    if after < LONG_MAX and newest > now + after:
         raise PartitionRefused(
             ec.INVALID_TIMESTAMP,
-            f"timestamp {batch.max_timestamp} is more than message.timestamp.after.max.ms="
+            f"timestamp {newest} is more than message.timestamp.after.max.ms="
             f"{after} ahead of the broker's clock",
         )
     if before < LONG_MAX:
-        for index, record in enumerate(batch):
-            if record.timestamp < now - before:
-                raise PartitionRefused(
-                    ec.INVALID_TIMESTAMP,
-                    f"record {index}: timestamp {record.timestamp} is more than "
-                    f"message.timestamp.before.max.ms={before} behind the broker's clock",
-                    [{"batch_index": index, "batch_index_error_message": "timestamp too old"}],
-                )
+        for batch in batches:
+            for index, record in enumerate(batch):
+                if record.timestamp < now - before:
+                    raise PartitionRefused(
+                        ec.INVALID_TIMESTAMP,
+                        f"record {index}: timestamp {record.timestamp} is more than "
+                        f"message.timestamp.before.max.ms={before} behind the broker's clock",
+                        [{"batch_index": index,
+                          "batch_index_error_message": "timestamp too old"}],
+                    )
 
 
 def _check_keys(batch) -> None:
     errors = [
         {"batch_index": index, "batch_index_error_message": "compacted topic needs a key"}
-        for index, record in enumerate(batch)
-        if record.key is None
+        for index in null_key_indexes(batch)
     ]
     if errors:
         raise PartitionRefused(

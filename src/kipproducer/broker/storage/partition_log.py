@@ -58,6 +58,7 @@ from kipproducer.records import (
     Batch,
     decode_batches,
     encode_batch,
+    place_unit,
     set_base_offset,
     set_partition_leader_epoch,
 )
@@ -739,29 +740,20 @@ class PartitionLog:
             next_offset = log_end
             first_offset = -1
             max_timestamp = -1
-            if unit.whole is not None:
-                # The batches lie back to back in the request: patch each in place and write
-                # them with one write (and one index step) unless the segment must roll
-                # inside the unit.
-                placed = []
-                for _buf, batch in unit.parts:
-                    base_offset = next_offset if assign_offsets else batch.base_offset
-                    placed.append(base_offset)
-                    next_offset = base_offset + batch.last_offset_delta + 1
-                    max_timestamp = max(max_timestamp, log_append_time if log_append_time >= 0
-                                        else batch.max_timestamp)
-                first_offset, last_offset = placed[0], next_offset - 1
+            if unit.whole is not None and log_append_time < 0:
+                # The batches lie back to back in the request: placed in place and written
+                # with one write (and one index step), unless the segment must roll inside.
+                last = unit.batches[-1]
+                last_offset = (log_end + unit.record_count - 1 if assign_offsets
+                               else last.base_offset + last.last_offset_delta)
                 active = self._segments[-1]
-                if self._should_roll(active, len(unit.whole), max_timestamp, last_offset):
-                    next_offset, first_offset, max_timestamp = log_end, -1, -1
-                else:
-                    for (buf, batch), base_offset in zip(unit.parts, placed, strict=True):
-                        if base_offset != batch.base_offset:
-                            set_base_offset(buf, base_offset)
-                        set_partition_leader_epoch(buf, leader_epoch)
-                        if log_append_time >= 0:
-                            stamp_log_append_time(buf, log_append_time)
+                if not self._should_roll(active, len(unit.whole), unit.max_timestamp,
+                                         last_offset):
+                    first_offset, last_offset, max_timestamp = place_unit(
+                        unit.whole, unit.batches, log_end if assign_offsets else -1,
+                        leader_epoch)
                     active.append(unit.whole, first_offset, last_offset, max_timestamp)
+                    next_offset = last_offset + 1
             for buf, batch in (unit.parts if first_offset < 0 else ()):
                 base_offset = next_offset if assign_offsets else batch.base_offset
                 last_offset = base_offset + batch.last_offset_delta
