@@ -730,15 +730,24 @@ class Producer(confluent_kafka.Producer):
             if callback is None:
                 continue
             if target is None or not target.per_record:
-                if report.base_offset < 0:
-                    first = -1
-                elif batch.runs is None:
-                    first = report.base_offset + start
-                else:  # packed runs of explicit offsets: where this record was put
-                    first = batch.record_offset(start)
-                callback(report.error, BatchDelivery(batch.topic, batch.partition, first,
-                                                     end - start, report.error))
-                served += 1
+                if batch.runs is None:
+                    first = report.base_offset + start if report.base_offset >= 0 else -1
+                    callback(report.error, BatchDelivery(batch.topic, batch.partition, first,
+                                                         end - start, report.error))
+                    served += 1
+                    continue
+                # Packed runs of explicit offsets: one report per Kafka batch (run), so a
+                # report's offset() + count is still where its records end.
+                run_first = 0
+                for _pos, count, base, _ts, _max_ts in batch.runs:
+                    lo, hi = max(start, run_first), min(end, run_first + count)
+                    if lo < hi:
+                        callback(report.error, BatchDelivery(
+                            batch.topic, batch.partition,
+                            base + lo - run_first if report.base_offset >= 0 else -1,
+                            hi - lo, report.error))
+                        served += 1
+                    run_first += count
                 continue
             if decoded is None:  # our own batch: no need to check its CRC again
                 decoded = list(decode_batches(batch.data, validate=False))

@@ -129,9 +129,9 @@ def test_kip27_worked_example_leader_bootstrap(broker):
 def test_multi_batch_append_lands_whole_and_consecutive(request, wire_version):
     """2500 records, batch.num.messages=1000: three batches, each conditional on the one
     before. They land whole and consecutive; with a wrong expectation the first is refused.
-    To a KIP-WIRE version 2 broker the three travel as one unit, refused whole (each batch
-    reports the broker's OFFSET_MISMATCH); to a version 1 broker the first goes alone and the
-    two that continue it fail locally, unsent."""
+    To a KIP-WIRE version 2 broker the batches drained together travel as one unit, refused
+    whole (each reports the broker's OFFSET_MISMATCH); to a version 1 broker the first goes
+    alone and the two that continue it fail locally, unsent."""
     broker = request.getfixturevalue("broker" if wire_version == 2 else "version_1_broker")
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("multi"))
@@ -157,7 +157,10 @@ def test_multi_batch_append_lands_whole_and_consecutive(request, wire_version):
     assert [r.count for _, r in reports] == [1000, 1000, 500]
     for i, (err, _) in enumerate(reports):
         assert (err.code(), err.log_end_offset) == (OFFSET_MISMATCH, 5005)
-        assert ("not sent" in err.str()) == (i > 0 and wire_version == 1), err
+        if i == 0 or wire_version == 1:
+            assert ("not sent" in err.str()) == (i > 0), err
+        # (version 2: a later batch went in the first one's unit, refused by the broker, or
+        # was drained after that unit left and failed locally: timing decides)
     log = logged(bootstrap, topic, expected=5005)
     assert [o for _, o, _ in log] == list(range(5005))
     assert [v for _, _, v in log] == [*values(b"head", 5), *big, *big]

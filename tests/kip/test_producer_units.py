@@ -102,3 +102,20 @@ def test_refused_unit_reports_every_batch(watched_broker):
                      timeout=20)
         assert info.value.log_end_offset == 2
     assert [r.value for r in read_confluent(bootstrap, topic, 1, expected=2)] == [b"a", b"b"]
+
+
+def test_batch_reports_stay_per_kafka_batch(watched_broker):
+    """produce_arrays' per-batch reports with packed runs: one BatchDelivery per run of
+    consecutive offsets (a Kafka batch), so offset() .. offset() + count is exactly where each
+    report's records went, as without packing."""
+    b, _proxy, _version = watched_broker
+    topic = create_topic(b.bootstrap_servers, unique("run-reports"))
+    offsets = np.array([3, 4, 5, 9, 20, 21, 22, 23, 40], dtype=np.int64)
+    reports: list = []
+    with kip_producer(b.bootstrap_servers, linger_ms=50, enable_idempotence=True) as p:
+        p.produce_arrays(topic, [b"r%d" % o for o in offsets], partition=0, offsets=offsets,
+                         on_delivery=lambda err, report: reports.append((err, report)))
+        assert p.flush(20) == 0
+    assert all(err is None for err, _ in reports)
+    assert sorted((r.offset(), r.count) for _, r in reports) == [
+        (3, 3), (9, 1), (20, 4), (40, 1)]
