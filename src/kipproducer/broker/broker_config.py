@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .connection_quotas import parse_overrides
+
 # Broker property -> topic config it supplies the default for (Kafka's names).
 TOPIC_DEFAULTS_FROM_BROKER = {
     "log.segment.bytes": "segment.bytes",
@@ -77,6 +79,38 @@ class BrokerConfig:
             "doc": "a request "
             "whose bytes take longer than this to arrive (slow-loris) "
             "closes its connection",
+        },
+    )
+    # -- memory bounds (docs/broker.md, "Memory and connection limits") --
+    max_connections: int = field(
+        default=2_147_483_647,
+        metadata={
+            "name": "max.connections",
+            "doc": "connections the broker holds at once; at the limit it stops accepting "
+            "(new clients wait in the listen backlog) until one closes, as Kafka's acceptor",
+        },
+    )
+    max_connections_per_ip: int = field(
+        default=2_147_483_647,
+        metadata={
+            "name": "max.connections.per.ip",
+            "doc": "connections from one IP address; one more is closed right after accept",
+        },
+    )
+    max_connections_per_ip_overrides: str = field(
+        default="",
+        metadata={
+            "name": "max.connections.per.ip.overrides",
+            "doc": "per-IP or per-hostname limits, comma-separated host:count "
+            "(e.g. 10.0.0.7:500,build-host:50)",
+        },
+    )
+    decompressed_batch_max_bytes: int = field(
+        default=67_108_864,
+        metadata={
+            "name": "decompressed.batch.max.bytes",
+            "doc": "kipproducer's own: how far a produced compressed batch may inflate while "
+            "it is validated; past it the batch gets MESSAGE_TOO_LARGE",
         },
     )
     num_partitions: int = field(default=1, metadata={"name": "num.partitions"})
@@ -235,6 +269,15 @@ class BrokerConfig:
         config = cls(**values, topic_defaults=topic_defaults, explicit=frozenset(props or ()))
         if config.socket_request_max_bytes < 1024:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
+        for name in ("max.connections", "max.connections.per.ip"):
+            if getattr(config, known[name].name) < 0:
+                raise BrokerConfigError(f"{name} must be at least 0")
+        if config.decompressed_batch_max_bytes < 1024:
+            raise BrokerConfigError("decompressed.batch.max.bytes must be at least 1024")
+        try:
+            parse_overrides(config.max_connections_per_ip_overrides)
+        except ValueError as exc:
+            raise BrokerConfigError(f"max.connections.per.ip.overrides: {exc}") from None
         if config.num_partitions < 1:
             raise BrokerConfigError("num.partitions must be at least 1")
         for name in ("transaction.max.timeout.ms", "transactional.id.expiration.ms",

@@ -24,14 +24,15 @@ from __future__ import annotations
 import logging
 import time
 
+from kipproducer.compression import DecompressedTooLarge
 from kipproducer.errors import CorruptRecordError
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, EncodedAnswer
 from kipproducer.protocol.wire_extensions import ProduceMode
-from kipproducer.records import validate_batch
 
 from ..api import RequestContext, handles
+from ..decompression_guard import validate_bounded, without_records
 from ..producer_state import Duplicate, ProducerStateError
 from ..security.checks import (
     may_produce_with_offsets,
@@ -142,8 +143,12 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
             ec.MESSAGE_TOO_LARGE,
             f"batch of {len(records)} bytes exceeds max.message.bytes={config.max_message_bytes}",
         )
-    try:
-        batch = validate_batch(records)
+    try:  # a compressed batch may inflate only so far: see decompression_guard
+        batch = validate_bounded(records, ctx.broker.config.decompressed_batch_max_bytes)
+    except DecompressedTooLarge as exc:
+        log.warning("produce from %s (%s) refused: %s", ctx.client_host, ctx.client_id, exc)
+        raise PartitionRefused(
+            ec.MESSAGE_TOO_LARGE, f"{exc} (decompressed.batch.max.bytes)") from None
     except CorruptRecordError as exc:
         code = ec.CORRUPT_MESSAGE if exc.rule in ("crc", "truncated") else ec.INVALID_RECORD
         raise PartitionRefused(code, str(exc)) from None
@@ -163,7 +168,7 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
     _check_timestamps(config, batch)
     if config.compact:
         _check_keys(batch)
-    return batch
+    return without_records(batch, records)  # the request holds it: drop the inflated records
 
 
 def _check_timestamps(config, batch) -> None:
