@@ -165,6 +165,21 @@ class TestFrames:
         assert got == [bytearray(payload)]
         assert targets == {True, False}  # scratch for the start, the frame's own buffer after
 
+    def test_frame_receiver_memory_follows_the_bytes_that_came(self) -> None:
+        receiver = FrameReceiver()
+        frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
+        assert receiver.feed(frame) and receiver._scratch is None  # empty: back to the pool
+        # A frame announced at 50 MB with 10 bytes sent holds a buffer of the scratch size,
+        # and the buffer doubles as bytes come, never past the frame.
+        size = 50 * 1024 * 1024
+        assert receiver.feed(struct.pack(">i", size) + bytes(10)) == []
+        assert receiver.partial_size == size
+        assert len(receiver._body) == FrameReceiver.SCRATCH_BYTES
+        receiver.feed(bytes(FrameReceiver.SCRATCH_BYTES))
+        assert len(receiver._body) == 2 * FrameReceiver.SCRATCH_BYTES
+        [big] = receiver.feed(bytes(size - 10 - FrameReceiver.SCRATCH_BYTES))
+        assert len(big) == size and receiver.partial == 0
+
     def test_frame_receiver_refuses_sizes_before_allocating(self) -> None:
         frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
         with pytest.raises(FrameTooLarge, match="outside 0..8") as info:
