@@ -323,3 +323,26 @@ def test_max_connections_stops_accepting_until_one_closes(kip_broker) -> None:
         waiting.close()
         for sock in held:
             sock.close()
+
+
+def test_fetch_max_bytes_caps_what_a_client_asks_for(kip_broker) -> None:
+    """A Fetch asking for 64 MiB gets at most fetch.max.bytes (beyond a first batch)."""
+    cap = 4096
+    broker: KipBroker = kip_broker({"fetch.max.bytes": cap})
+    topic = unique("capped")
+    create_topics(broker.bootstrap, {topic: 1})
+    for i in range(20):  # twenty ~1 KB batches
+        batch = encode_batch([(b"k", bytes(1000), None, None)])
+        assert produce_raw(broker.bootstrap, topic, batch).error_code == 0, i
+    request = build_request(
+        1, 11, replica_id=-1, max_wait=0, min_bytes=1, max_bytes=64 << 20, isolation_level=0,
+        topics=[{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 64 << 20}]}],
+    )
+    with socket.create_connection((broker.host, broker.port), timeout=10) as sock:
+        sock.sendall(encode_request_frame(7, "raw", request))
+        answer = recv_frame(sock, 10)
+    assert answer is not None
+    [partition] = decode_response(answer, 1, 11).body.responses[0].partitions
+    assert partition.high_watermark == 20
+    assert 1000 < len(partition.records) <= cap

@@ -169,15 +169,16 @@ class TestFrames:
         receiver = FrameReceiver()
         frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
         assert receiver.feed(frame) and receiver._scratch is None  # empty: back to the pool
-        # A frame announced at 50 MB with 10 bytes sent holds a buffer of the scratch size,
-        # and the buffer doubles as bytes come, never past the frame.
+        # A frame announced at 50 MB with 10 bytes sent holds a buffer of the scratch size;
+        # it grows to GROWTH times what arrived, never past the frame.
         size = 50 * 1024 * 1024
+        scratch, growth = FrameReceiver.SCRATCH_BYTES, FrameReceiver.GROWTH
         assert receiver.feed(struct.pack(">i", size) + bytes(10)) == []
         assert receiver.partial_size == size
-        assert len(receiver._body) == FrameReceiver.SCRATCH_BYTES
-        receiver.feed(bytes(FrameReceiver.SCRATCH_BYTES))
-        assert len(receiver._body) == 2 * FrameReceiver.SCRATCH_BYTES
-        [big] = receiver.feed(bytes(size - 10 - FrameReceiver.SCRATCH_BYTES))
+        assert len(receiver._body) == scratch
+        receiver.feed(bytes(scratch))
+        assert len(receiver._body) == growth * scratch
+        [big] = receiver.feed(bytes(size - 10 - scratch))
         assert len(big) == size and receiver.partial == 0
 
     def test_frame_receiver_refuses_sizes_before_allocating(self) -> None:

@@ -105,6 +105,13 @@ class BrokerConfig:
             "(e.g. 10.0.0.7:500,build-host:50)",
         },
     )
+    fetch_max_bytes: int = field(
+        default=57_671_680,
+        metadata={
+            "name": "fetch.max.bytes",
+            "doc": "the most a Fetch answer holds; a client asking for more gets this much",
+        },
+    )
     decompressed_batch_max_bytes: int = field(
         default=67_108_864,
         metadata={
@@ -272,6 +279,8 @@ class BrokerConfig:
         for name in ("max.connections", "max.connections.per.ip"):
             if getattr(config, known[name].name) < 0:
                 raise BrokerConfigError(f"{name} must be at least 0")
+        if config.fetch_max_bytes < 1024:
+            raise BrokerConfigError("fetch.max.bytes must be at least 1024")
         if config.decompressed_batch_max_bytes < 1024:
             raise BrokerConfigError("decompressed.batch.max.bytes must be at least 1024")
         try:

@@ -18,6 +18,7 @@ import ipaddress
 import logging
 import resource
 import socket
+import time
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -70,6 +71,7 @@ class ConnectionQuotas:
         self.total = 0
         self.per_ip: dict[str, int] = {}
         self._slot_freed: asyncio.Event | None = None
+        self._warned_at = -1e9
 
     def limit_for(self, ip: str) -> int:
         return self.overrides.get(ip, self.max_per_ip)
@@ -104,9 +106,12 @@ class ConnectionQuotas:
         """Until the broker holds fewer than max.connections connections."""
         if self.total < self.max_connections:
             return
-        log.warning(
-            "%d connections (max.connections): not accepting until one closes", self.total
-        )
+        now = time.monotonic()
+        if now - self._warned_at >= 10:  # once per stretch, not once per waiting client
+            self._warned_at = now
+            log.warning(
+                "%d connections (max.connections): not accepting until one closes", self.total
+            )
         while self.total >= self.max_connections:
             self._slot_freed = asyncio.Event()
             await self._slot_freed.wait()
