@@ -165,6 +165,22 @@ class TestFrames:
         assert got == [bytearray(payload)]
         assert targets == {True, False}  # scratch for the start, the frame's own buffer after
 
+    def test_frame_receiver_memory_follows_the_bytes_that_came(self) -> None:
+        receiver = FrameReceiver()
+        frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
+        assert receiver.feed(frame) and receiver._scratch is None  # empty: back to the pool
+        # A frame announced at 50 MB with 10 bytes sent holds a buffer of the scratch size;
+        # it grows to GROWTH times what arrived, never past the frame.
+        size = 50 * 1024 * 1024
+        scratch, growth = FrameReceiver.SCRATCH_BYTES, FrameReceiver.GROWTH
+        assert receiver.feed(struct.pack(">i", size) + bytes(10)) == []
+        assert receiver.partial_size == size
+        assert len(receiver._body) == scratch
+        receiver.feed(bytes(scratch))
+        assert len(receiver._body) == growth * scratch
+        [big] = receiver.feed(bytes(size - 10 - scratch))
+        assert len(big) == size and receiver.partial == 0
+
     def test_frame_receiver_refuses_sizes_before_allocating(self) -> None:
         frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
         with pytest.raises(FrameTooLarge, match="outside 0..8") as info:

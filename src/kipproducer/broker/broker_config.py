@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .connection_quotas import parse_overrides
 from .storage.topic_configs import BROKER_SYNONYMS, TOPIC_CONFIG_BY_NAME
 
 #: Broker property -> topic config it supplies the default for (Kafka's names), for every
@@ -64,6 +65,45 @@ class BrokerConfig:
             "doc": "a request "
             "whose bytes take longer than this to arrive (slow-loris) "
             "closes its connection",
+        },
+    )
+    # -- memory bounds (docs/broker.md, "Memory and connection limits") --
+    max_connections: int = field(
+        default=2_147_483_647,
+        metadata={
+            "name": "max.connections",
+            "doc": "connections the broker holds at once; at the limit it stops accepting "
+            "(new clients wait in the listen backlog) until one closes, as Kafka's acceptor",
+        },
+    )
+    max_connections_per_ip: int = field(
+        default=2_147_483_647,
+        metadata={
+            "name": "max.connections.per.ip",
+            "doc": "connections from one IP address; one more is closed right after accept",
+        },
+    )
+    max_connections_per_ip_overrides: str = field(
+        default="",
+        metadata={
+            "name": "max.connections.per.ip.overrides",
+            "doc": "per-IP or per-hostname limits, comma-separated host:count "
+            "(e.g. 10.0.0.7:500,build-host:50)",
+        },
+    )
+    fetch_max_bytes: int = field(
+        default=57_671_680,
+        metadata={
+            "name": "fetch.max.bytes",
+            "doc": "the most a Fetch answer holds; a client asking for more gets this much",
+        },
+    )
+    decompressed_batch_max_bytes: int = field(
+        default=67_108_864,
+        metadata={
+            "name": "decompressed.batch.max.bytes",
+            "doc": "kipproducer's own: how far a produced compressed batch may inflate while "
+            "it is validated; past it the batch gets MESSAGE_TOO_LARGE",
         },
     )
     num_partitions: int = field(default=1, metadata={"name": "num.partitions"})
@@ -240,6 +280,17 @@ class BrokerConfig:
         )
         if config.socket_request_max_bytes < 1024:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")
+        for name in ("max.connections", "max.connections.per.ip"):
+            if getattr(config, known[name].name) < 0:
+                raise BrokerConfigError(f"{name} must be at least 0")
+        if config.fetch_max_bytes < 1024:
+            raise BrokerConfigError("fetch.max.bytes must be at least 1024")
+        if config.decompressed_batch_max_bytes < 1024:
+            raise BrokerConfigError("decompressed.batch.max.bytes must be at least 1024")
+        try:
+            parse_overrides(config.max_connections_per_ip_overrides)
+        except ValueError as exc:
+            raise BrokerConfigError(f"max.connections.per.ip.overrides: {exc}") from None
         if config.num_partitions < 1:
             raise BrokerConfigError("num.partitions must be at least 1")
         if config.kip_wire_version not in (1, 2):

@@ -40,6 +40,8 @@ from kipproducer.protocol.produce_codec import (
 )
 
 from .api import API_TABLE, RequestContext
+from .broker_config import BrokerConfigError
+from .connection_quotas import ConnectionQuotas
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -57,38 +59,91 @@ class ConnectionClosed(Exception):
 class BrokerServer:
     """Accepts Kafka clients on one listener and feeds their requests to a Broker."""
 
+    #: Kafka's listen backlog is the JVM's default (50); ours is larger because one Python
+    #: thread accepts, and a burst of clients must not see dropped SYNs and seconds of retry.
+    LISTEN_BACKLOG = 1024
+
     def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0) -> None:
         self.broker = broker
         self.host = host
         self.port = port
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task | None = None
         self._connections: dict[asyncio.Task, ClientLink] = {}
         self._ids = itertools.count(1)
+        config = broker.config
+        try:
+            self.quotas = ConnectionQuotas(
+                config.max_connections, config.max_connections_per_ip,
+                config.max_connections_per_ip_overrides,
+            )
+        except ValueError as exc:  # a host name in the overrides does not resolve
+            raise BrokerConfigError(f"max.connections.per.ip.overrides: {exc}") from None
 
     async def start(self) -> tuple[str, int]:
+        """Bind and start accepting. The accept loop is ours, not loop.create_server's, so that
+        at max.connections it can stop accepting (see connection_quotas)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: ClientLink(self), self.host, self.port, reuse_address=True
+        infos = await loop.getaddrinfo(
+            self.host or None, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-        sock = self._server.sockets[0]
-        self.host, self.port = sock.getsockname()[:2]
+        family, kind, proto, _, address = infos[0]
+        listener = socket.socket(family, kind, proto)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(address)
+            listener.listen(self.LISTEN_BACKLOG)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self.host, self.port = listener.getsockname()[:2]
+        self._acceptor = loop.create_task(self._accept_loop(listener))
         return self.host, self.port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+            self._acceptor = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         for task, link in list(self._connections.items()):
             task.cancel()
             link.abort()
         if self._connections:
             await asyncio.gather(*self._connections, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        quotas = self.quotas
+        while True:
+            await quotas.wait_for_slot()
+            try:
+                sock, peer = await loop.sock_accept(listener)
+            except OSError as exc:
+                # Out of file descriptors (EMFILE/ENFILE) or kernel memory: the client stays
+                # in the backlog; try again shortly instead of spinning or stopping.
+                log.warning("accepting a connection failed (%s); retrying in 100 ms", exc)
+                await asyncio.sleep(0.1)
+                continue
+            ip = str(peer[0])
+            if not quotas.admit(ip):
+                sock.close()  # Kafka's answer to one connection too many from an address
+                continue
+            link = ClientLink(self, ip)
+            try:
+                await loop.connect_accepted_socket(lambda link=link: link, sock)
+            except Exception as exc:  # the peer left already, or no memory: drop it alone
+                log.info("connection from %s could not be set up: %s", ip, exc)
+                if link.transport is None:
+                    quotas.release(ip)
+                sock.close()
 
     def connection_made(self, link: ClientLink) -> None:
-        peer = link.transport.get_extra_info("peername") or ("?", 0)
-        conn = Connection(self.broker, link, next(self._ids), str(peer[0]))
+        conn = Connection(self.broker, link, next(self._ids), link.ip)
         task = asyncio.get_running_loop().create_task(self._serve(conn))
         self._connections[task] = link
 
@@ -116,8 +171,9 @@ class ClientLink(asyncio.BufferedProtocol):
 
     MAX_QUEUED_FRAMES = 16
 
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: BrokerServer, ip: str) -> None:
         self.server = server
+        self.ip = ip  # the peer's address, as connection_quotas counts it
         self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.receiver = FrameReceiver()
         self.frames: deque[bytearray] = deque()
@@ -169,6 +225,7 @@ class ClientLink(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
+        self.server.quotas.release(self.ip)
         self._wake()
         if self._alarm is not None:
             self._alarm.cancel()

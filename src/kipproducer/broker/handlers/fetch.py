@@ -47,7 +47,10 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
     logs = logs_of(ctx)
     v = ctx.api_version
     read_committed = body.isolation_level == READ_COMMITTED
-    remaining = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    # fetch.max.bytes caps what a client may ask for, as in Kafka: one Fetch holds no more
+    # than that in memory (beyond a first batch larger than it, Kafka's "at least one" rule).
+    cap = ctx.broker.config.fetch_max_bytes
+    remaining = min(body.max_bytes, cap) if body.max_bytes > 0 else cap
     total = 0
     failed = False
     responses = []

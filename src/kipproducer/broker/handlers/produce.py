@@ -27,14 +27,22 @@ from __future__ import annotations
 import logging
 import time
 
+from kipproducer.compression import DecompressedTooLarge, output_limit
 from kipproducer.errors import CorruptRecordError
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, EncodedAnswer
 from kipproducer.protocol.wire_extensions import MULTI_BATCH_VERSION, ProduceMode
-from kipproducer.records import UnitRuleError, null_key_indexes, split_unit, validate_batch
+from kipproducer.records import (
+    UnitRuleError,
+    decode_batches,
+    null_key_indexes,
+    split_unit,
+    validate_batch,
+)
 
 from ..api import RequestContext, handles
+from ..decompression_guard import validate_bounded, without_records
 from ..produce_unit import BatchUnit
 from ..producer_state import Duplicate, ProducerStateError
 from ..security.checks import (
@@ -145,18 +153,21 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
     config = info.config
     if records is None or len(records) == 0:
         raise PartitionRefused(ec.INVALID_RECORD, "a produce request needs one record batch")
+    limit = ctx.broker.config.decompressed_batch_max_bytes
     if mode == ProduceMode.ASSIGN:
         _check_size(len(records), config)
         try:
-            batch = validate_batch(records)
+            batch = validate_bounded(records, limit)
         except CorruptRecordError as exc:
-            raise _corrupt(exc) from None
+            raise _corrupt(ctx, exc) from None
         _check_one(ctx, info, batch, mode, txn, partition)
-        return _apply_compression_type(config, records, batch)
+        # the request holds the batch until answered: drop its inflated records
+        return _apply_compression_type(config, records, without_records(batch, records))
     try:
-        batches = split_unit(records, mode)
+        with output_limit(limit):
+            batches = split_unit(records, mode)
     except CorruptRecordError as exc:
-        raise _corrupt(exc) from None
+        raise _corrupt(ctx, exc) from None
     except UnitRuleError as exc:
         raise PartitionRefused(ec.INVALID_RECORD, str(exc)) from None
     _check_size(max(batch.size_in_bytes for batch in batches), config)
@@ -167,6 +178,10 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
     if config.compact:
         for batch in batches:
             _check_keys(batch)
+    if any(batch.compression for batch in batches):
+        # the request holds its batches until answered: drop their inflated records
+        batches = list(decode_batches(records, validate=False))
+        first = batches[0]
     if len(batches) == 1:
         return _apply_compression_type(config, records, first)
     if ctx.broker.config.kip_wire_version < MULTI_BATCH_VERSION:
@@ -192,7 +207,11 @@ def _check_size(size: int, config) -> None:
         )
 
 
-def _corrupt(exc: CorruptRecordError) -> PartitionRefused:
+def _corrupt(ctx: RequestContext, exc: CorruptRecordError) -> PartitionRefused:
+    if isinstance(exc, DecompressedTooLarge):
+        # a compressed batch may inflate only so far: see decompression_guard
+        log.warning("produce from %s (%s) refused: %s", ctx.client_host, ctx.client_id, exc)
+        return PartitionRefused(ec.MESSAGE_TOO_LARGE, f"{exc} (decompressed.batch.max.bytes)")
     code = ec.CORRUPT_MESSAGE if exc.rule in ("crc", "truncated") else ec.INVALID_RECORD
     return PartitionRefused(code, str(exc))
 
