@@ -178,3 +178,22 @@ def test_unit_transactional_flags_must_agree():
         0, 2, 3, 2)
     assert [bytes(buf) for buf, _ in good.parts] == [
         bytes(whole[b.position:b.position + b.size_in_bytes]) for b in good.batches]
+
+
+def test_unit_inflates_under_the_decompression_bound():
+    """A compressed batch inside a unit inflates no further than decompressed.batch.max.bytes,
+    as a single batch does: MESSAGE_TOO_LARGE, nothing of the unit written."""
+    with EmbeddedBroker(config={"decompressed.batch.max.bytes": 4096}) as small:
+        client = RawClient(small.bootstrap_servers)
+        try:
+            topic = unique_topic(client)
+            big = batch([b"x" * 100 + b"-%d" % i for i in range(100)], 5, compression="gzip")
+            answer = client.produce(topic, {0: unit(batch([b"a"], 0), big)}, mode=USE)[0]
+            assert answer.error_code == ec.MESSAGE_TOO_LARGE
+            assert "decompressed.batch.max.bytes" in answer.error_message
+            assert answer.log_end_offset == 0
+            fits = batch([b"y-%d" % i for i in range(5)], 1, compression="gzip")
+            answer = client.produce(topic, {0: unit(batch([b"a"], 0), fits)}, mode=USE)[0]
+            assert (answer.error_code, answer.log_end_offset) == (0, 6)
+        finally:
+            client.close()
