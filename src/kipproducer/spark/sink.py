@@ -209,12 +209,17 @@ def _task() -> tuple[int, int]:
 # ---- the writers ---------------------------------------------------------------------------------
 
 
-def write_transactional(wo: WriteOptions, batches: Iterator[Any]) -> Message:
-    """Every row in one transaction of this attempt's own id, left open for the driver."""
+def write_transactional(wo: WriteOptions, batches: Iterator[Any], *,
+                        unique: bool = False) -> Message:
+    """Every row in one transaction of this attempt's own id, left open for the driver.
+    ``unique``: a random part too (streaming: task attempt ids start again at 0 when the
+    query restarts in a new application, and a reused id would abort the old transaction)."""
     from ..producer import Producer
 
     partition_id, attempt = _task()
     txn_id = f"{wo.prefix}-{partition_id}-{attempt}"
+    if unique:
+        txn_id += f"-{uuid.uuid4().hex[:8]}"
     producer = None
     failures = _Failures()
     records = 0

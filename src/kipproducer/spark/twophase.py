@@ -122,13 +122,14 @@ def transactional_ids(props: Mapping[str, Any], prefix: str) -> dict[str, str] |
 
 
 def settle(props: Mapping[str, Any], prefix: str, commit: Iterable[OpenTransaction],
-           abort: Iterable[OpenTransaction], timeout_ms: int) -> None:
+           abort: Iterable[OpenTransaction], timeout_ms: int,
+           keep: Iterable[str] = ()) -> None:
     """Commit ``commit``, abort ``abort``, then fence every other id under ``prefix`` that
-    may still hold an open transaction (failed and zombie attempts)."""
+    may still hold an open transaction (failed and zombie attempts), except ``keep``."""
     commit, abort = list(commit), list(abort)
     run_all(lambda t=t: end(props, t, True, timeout_ms) for t in commit)
     run_all(lambda t=t: end(props, t, False, timeout_ms) for t in abort)
-    done = {t.transactional_id for t in commit + abort}
+    done = {t.transactional_id for t in commit + abort} | set(keep)
     known = transactional_ids(props, prefix)
     if known is None:
         return
