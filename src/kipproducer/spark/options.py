@@ -48,7 +48,7 @@ def connection(props: Mapping[str, str]) -> dict[str, Any]:
 
     conf: dict[str, Any] = {k: v for k, v in connection_properties(props).items()}
     # librdkafka's informational lines (level 6) would land on every task's stderr
-    conf.setdefault("log_level", 3)
+    conf["log_level"] = int(conf.get("log_level", 3))  # confluent-kafka wants an int
     return conf
 
 

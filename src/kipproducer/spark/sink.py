@@ -57,7 +57,10 @@ class WriteOptions:
 
     def __init__(self, options: Mapping[str, str], columns: list[str]) -> None:
         opts = lower_keys(options)
-        self.props = kafka_properties(opts, writing=True)
+        self.props: dict[str, Any] = dict(kafka_properties(opts, writing=True))
+        # librdkafka's informational lines (level 6) would land on every task's stderr;
+        # options are strings, confluent-kafka wants this one as an int
+        self.props["log_level"] = int(self.props.get("log_level", 3))
         self.topic = opts.get("topic")
         names = {c.lower(): c for c in columns}
         self.columns = {k: names[k] for k in _KNOWN if k in names}

@@ -237,6 +237,7 @@ def read_range(props: Mapping[str, str], options: Mapping[str, str],
     poll_timeout = parse_int(options, "kafkaConsumer.pollTimeoutMs", 120_000, 1) / 1000
     conf: dict[str, Any] = {
         "isolation.level": "read_uncommitted", **props,
+        "log_level": int(props.get("log_level", 3)),
         # assigned, never subscribed: the group id only satisfies librdkafka; nothing is
         # committed to it and it is never joined
         "group.id": f"kip-spark-reader-{uuid.uuid4().hex[:12]}",
