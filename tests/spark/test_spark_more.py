@@ -142,3 +142,67 @@ def test_stream_sink_finishes_a_commit_a_dead_driver_left(spark, target) -> None
     writer.commit([Message(2, replay), None], 7)
     assert values(bootstrap, out, 1) == Counter({b"a": 3, b"b": 3})
     assert state.read() == {"batch": 7, "status": "done"}
+
+
+@pytest.mark.slow
+def test_stream_driver_killed_and_restarted_writes_every_row_once(spark, source, target,
+                                                                  tmp_path) -> None:
+    """kill -9 of a real driver process while micro-batches run (the kill lands wherever it
+    lands: in a task, in the sink's commit, between Spark's logs), then restarts."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    from mirror_support import stable
+
+    topic = create(source.bootstrap_servers, unique("kill-in"), 3)
+    out = create(target.bootstrap_servers, unique("kill-out"), 3)
+    sink_id = unique("sink")
+    checkpoint = tmp_path / "checkpoint"
+    driver = Path(__file__).with_name("stream_driver.py")
+    env = dict(os.environ)
+
+    def start(mode: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, str(driver), source.bootstrap_servers, topic,
+             target.bootstrap_servers, out, sink_id, str(checkpoint), mode],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{mode}.log", "ab"))
+
+    written = [0]
+    stop = threading.Event()
+
+    def feed() -> None:  # records keep coming until the first driver is killed
+        while not stop.is_set():
+            produce(source.bootstrap_servers, topic, written[0], 50, 3)
+            written[0] += 50
+            time.sleep(0.5)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    first = start("run")
+    try:
+        deadline = time.monotonic() + 240
+        # Kill once some batches are committed and more are on their way.
+        while len(list(Path(checkpoint, "commits").glob("[0-9]*"))) < 3:
+            assert first.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no micro-batch committed in time"
+            time.sleep(0.2)
+        time.sleep(0.7)
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        stop.set()
+        feeder.join(60)
+    produce(source.bootstrap_servers, topic, written[0], 300, 3)  # more after the kill
+    total = written[0] + 300
+    for _ in range(2):  # a replayed batch ends an AvailableNow run: a second one continues
+        finish = start("finish")
+        assert finish.wait(300) == 0, (tmp_path / "finish.log").read_text()[-3000:]
+    stable(target.bootstrap_servers, out, 3)
+    assert values(target.bootstrap_servers, out, 3) == Counter(b"s%d" % i for i in range(total))

@@ -133,10 +133,11 @@ def settle(props: Mapping[str, Any], prefix: str, commit: Iterable[OpenTransacti
     known = transactional_ids(props, prefix)
     if known is None:
         return
-    # Ended ids stay in CompleteCommit / CompleteAbort; an Empty id belongs to an attempt
-    # that has not written yet (a zombie): fenced too, so it cannot start later.
-    left = [tid for tid, state in known.items()
-            if tid not in done and state not in ("CompleteCommit", "CompleteAbort", "Dead")]
+    # Only open transactions: ended ids stay CompleteCommit / CompleteAbort, and a fenced id
+    # is Empty from then on (fencing Empty ids too would fence every earlier leftover again at
+    # each commit). A zombie that has not written yet is fenced by a later commit, or its
+    # transaction ends at its timeout; it is never committed.
+    left = [tid for tid, state in known.items() if tid not in done and state == "Ongoing"]
     if left:
         log.info("fencing %d transactional id(s) of failed attempts under %s", len(left),
                  prefix)
