@@ -587,6 +587,26 @@ class Producer(confluent_kafka.Producer):
         self._engine_or_start()
         self._txn.init(timeout)
 
+    def resume_transaction(self, producer_id: int, producer_epoch: int) -> None:
+        """Two-phase commit: end a transaction that another producer with this
+        ``transactional.id`` began and left open, known by its producer id and epoch (what
+        :meth:`transaction_producer` returned there). Instead of init_transactions(); then
+        only commit_transaction() or abort_transaction(). See docs/spark.md."""
+        if self._txn is None:
+            raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "resume_transaction "
+                                            "needs transactional.id and the engine's "
+                                            "transactions (not TLS / GSSAPI)"))
+        self._engine_or_start()
+        self._txn.resume(int(producer_id), int(producer_epoch))
+
+    def transaction_producer(self) -> tuple[int, int]:
+        """(producer id, epoch) of this transactional producer; (-1, -1) before
+        init_transactions()."""
+        if self._txn is None:
+            raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "transaction_producer"
+                                            " needs the engine's transactions"))
+        return self._txn.producer_id, self._txn.producer_epoch
+
     def begin_transaction(self) -> None:  # type: ignore[override]
         if self._txn is None:
             return super().begin_transaction()

