@@ -1364,3 +1364,78 @@ def scan_messages(list messages, int32_t call_partition):
 def message_keys(list messages):
     """The key of every message (None where it has none), for the partitioner."""
     return [(<dict>m).get("key") if isinstance(m, dict) else None for m in messages]
+
+
+
+@cython.final
+cdef class BatchDelivery:
+    """What a produce_arrays delivery callback gets by default: one Kafka batch's outcome.
+
+    ``topic()``, ``partition()``, ``offset()`` (of the first record; -1 when unknown or
+    failed), ``count`` (records) and ``error()``. Built in C: a copy whose offsets have many
+    gaps reports a batch per run of offsets.
+    """
+    cdef readonly str _topic
+    cdef readonly int32_t _partition
+    cdef readonly int64_t _offset
+    cdef public Py_ssize_t count
+    cdef readonly object _error
+
+    def __init__(self, str topic, int32_t partition, int64_t offset, Py_ssize_t count,
+                 error):
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self.count = count
+        self._error = error
+
+    def topic(self):
+        return self._topic
+
+    def partition(self):
+        return self._partition
+
+    def offset(self):
+        """Offset of the first record of this report (-1 when unknown or failed)."""
+        return self._offset
+
+    def error(self):
+        return self._error
+
+    def __len__(self):
+        return self.count
+
+    def __repr__(self):
+        return (f"BatchDelivery({self._topic!r}, partition={self._partition}, "
+                f"offset={self._offset}, count={self.count}, error={self._error})")
+
+
+cdef BatchDelivery new_report(str topic, int32_t partition, int64_t offset, Py_ssize_t count,
+                              error):
+    cdef BatchDelivery r = BatchDelivery.__new__(BatchDelivery)
+    r._topic = topic
+    r._partition = partition
+    r._offset = offset
+    r.count = count
+    r._error = error
+    return r
+
+
+def report_runs(ProducerBatch batch not None, Py_ssize_t start, Py_ssize_t end, bint placed,
+                error, callback):
+    """One ``callback(error, BatchDelivery)`` per run of records start..end-1 of a batch
+    packed with runs of offsets (each run a Kafka batch); ``placed``: the broker took them
+    (offsets known), else every offset is -1. Returns how many callbacks ran."""
+    cdef Py_ssize_t run_first = 0, lo, hi, count, served = 0
+    cdef int64_t base
+    for run in batch.runs:
+        count = run[1]
+        lo = start if start > run_first else run_first
+        hi = end if end < run_first + count else run_first + count
+        if lo < hi:
+            base = run[2]
+            callback(error, new_report(batch.topic, batch.partition,
+                                       base + lo - run_first if placed else -1, hi - lo, error))
+            served += 1
+        run_first += count
+    return served

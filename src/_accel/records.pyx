@@ -11,6 +11,7 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
+from libc.string cimport memcmp
 
 from batch_layout cimport (
     ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_SEQUENCE_POS, BASE_TIMESTAMP_POS, BATCH_HEADER_SIZE,
@@ -410,8 +411,12 @@ cdef class Batch:
         cdef const unsigned char *p
         cdef const unsigned char *rec_end
         cdef Py_ssize_t i
-        cdef int64_t offset
+        cdef int64_t offset, ts, last_ts = 0
         cdef bint log_append = self.attributes & TIMESTAMP_TYPE_MASK
+        cdef list headers_of = None
+        cdef const unsigned char *headers_at = NULL
+        cdef Py_ssize_t headers_len = 0
+        cdef object timestamp = None, headers
         if end > self.record_count:
             end = self.record_count
         if start >= end:
@@ -434,12 +439,27 @@ cdef class Batch:
             self._cursor = p
             self._cursor_index = i + 1
             offset = base_offset + r.offset_delta if base_offset >= 0 else -1
+            if r.header_count:
+                # Records of a batch often carry the same headers: the same bytes give the
+                # same (immutable) pairs, in a new list for each Message.
+                if (headers_of is not None and p - r.headers == headers_len
+                        and len(headers_of) == r.header_count
+                        and memcmp(r.headers, headers_at, headers_len) == 0):
+                    headers = list(headers_of)
+                else:
+                    headers_of = read_headers(r.headers, r.header_count)
+                    headers_at = r.headers
+                    headers_len = p - r.headers
+                    headers = list(headers_of)
+            else:
+                headers = None
+            ts = self.max_timestamp if log_append else self.base_timestamp + r.timestamp_delta
+            if timestamp is None or ts != last_ts:  # an immutable tuple: shared while it holds
+                timestamp = (timestamp_type, ts)
+                last_ts = ts
             callback(error, message_type(
                 topic, partition, offset, blob_to_bytes(r.key, r.key_size),
-                blob_to_bytes(r.value, r.value_size),
-                read_headers(r.headers, r.header_count) if r.header_count else None, error,
-                (timestamp_type, self.max_timestamp if log_append
-                 else self.base_timestamp + r.timestamp_delta)))
+                blob_to_bytes(r.value, r.value_size), headers, error, timestamp))
         return end - start
 
     def __repr__(self):

@@ -40,6 +40,7 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
+from ._accumulator import BatchDelivery, report_runs
 from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
@@ -75,38 +76,6 @@ _PRODUCE_KEYWORDS = frozenset((*_PRODUCE_POSITIONAL, "offset", "expected_offset"
 _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
 # Records appended under one hold of the engine's lock (see produce_arrays).
 APPEND_SLICE = 8192
-
-
-class BatchDelivery:
-    """What a produce_arrays delivery callback gets by default: one Kafka batch's outcome."""
-
-    __slots__ = ("_topic", "_partition", "_offset", "count", "_error")
-
-    def __init__(self, topic: str, partition: int, offset: int, count: int,
-                 error: KafkaError | None) -> None:
-        self._topic, self._partition, self._offset = topic, partition, offset
-        self.count = count
-        self._error = error
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        """Offset of the first record of this report (-1 when unknown or failed)."""
-        return self._offset
-
-    def error(self) -> KafkaError | None:
-        return self._error
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __repr__(self) -> str:
-        return (f"BatchDelivery({self._topic!r}, partition={self._partition}, "
-                f"offset={self._offset}, count={self.count}, error={self._error})")
 
 
 class _ReportTo:
@@ -758,16 +727,8 @@ class Producer(confluent_kafka.Producer):
                     continue
                 # Packed runs of explicit offsets: one report per Kafka batch (run), so a
                 # report's offset() + count is still where its records end.
-                run_first = 0
-                for _pos, count, base, _ts, _max_ts in batch.runs:
-                    lo, hi = max(start, run_first), min(end, run_first + count)
-                    if lo < hi:
-                        callback(report.error, BatchDelivery(
-                            batch.topic, batch.partition,
-                            base + lo - run_first if report.base_offset >= 0 else -1,
-                            hi - lo, report.error))
-                        served += 1
-                    run_first += count
+                served += report_runs(batch, start, end, report.base_offset >= 0, report.error,
+                                      callback)
                 continue
             if decoded is None:  # our own batch: no need to check its CRC again
                 decoded = list(decode_batches(batch.data, validate=False))
