@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kip_support import ProduceWatchProxy, create_topic, kip_producer, read_confluent, unique
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kip_support import (
+    ProduceWatchProxy,
+    create_topic,
+    kip_producer,
+    read_confluent,
+    unique,
+    watermarks,
+)
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.errors import OffsetMismatchError
@@ -119,3 +128,31 @@ def test_batch_reports_stay_per_kafka_batch(watched_broker):
     assert all(err is None for err, _ in reports)
     assert sorted((r.offset(), r.count) for _, r in reports) == [
         (3, 3), (9, 1), (20, 4), (40, 1)]
+
+
+_copies = iter(range(10**6))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.one_of(st.just(1), st.integers(2, 5), st.integers(6, 5000)),
+                      min_size=1, max_size=300),
+       first=st.integers(0, 1000))
+def test_any_gap_pattern_reads_back_identical(broker, steps, first):
+    """Property (issue 15): whatever the gaps, a copy through produce_arrays (partition 0) and
+    through per-record produce() (partition 1) reads back, with a stock consumer, exactly the
+    offsets and values written; the high watermarks are the last offset + 1."""
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, unique(f"gaps-{next(_copies)}"), 2)
+    offsets = np.cumsum([first, *steps[:-1]], dtype=np.int64)
+    values = [b"g-%d" % o for o in offsets]
+    with kip_producer(bootstrap, enable_idempotence=True) as p:
+        p.produce_arrays(topic, values, partition=0, offsets=offsets)
+        for o, v in zip(offsets.tolist(), values, strict=True):
+            p.produce(topic, v, partition=1, offset=o)
+        assert p.flush(30) == 0
+    log = read_confluent(bootstrap, topic, 2, expected=2 * len(values))
+    for part in (0, 1):
+        assert [(r.offset, r.value) for r in log if r.partition == part] == list(
+            zip(offsets.tolist(), values, strict=True))
+        assert watermarks(bootstrap, topic, part)[1] == int(offsets[-1]) + 1
