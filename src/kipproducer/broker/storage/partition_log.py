@@ -628,18 +628,10 @@ class PartitionLog:
             checked = None
             if producer_id >= 0 and check_producer_state and not batch.is_control:
                 checked = self.producer_state.check_batch(batch)
-                if isinstance(checked, Duplicate):
-                    return AppendResult(
-                        checked.first_offset,
-                        checked.last_offset,
-                        checked.timestamp if config.log_append_time else -1,
-                        self._log_start_offset,
-                        self._segments[-1].next_offset,
-                        duplicate=True,
-                    )
+            duplicate = self._duplicate_or_expected(checked, expected_base_offset)
+            if duplicate is not None:
+                return duplicate
             log_end = self._segments[-1].next_offset
-            if expected_base_offset is not None and expected_base_offset != log_end:
-                raise OffsetMismatchError(expected_base_offset, log_end)
             if assign_offsets:
                 base_offset = log_end
             else:
@@ -694,6 +686,25 @@ class PartitionLog:
                 base_offset, last_offset, log_append_time, self._log_start_offset, last_offset + 1
             )
 
+    def _duplicate_or_expected(self, checked, expected_base_offset: int | None
+                               ) -> AppendResult | None:
+        """The first two checks of an append (KIP-WIRE §4 order), under the lock: a retry of a
+        cached batch (or unit) is answered with its original offsets; then a KIP-27
+        expectation must be the log end (OffsetMismatchError)."""
+        if isinstance(checked, Duplicate):
+            return AppendResult(
+                checked.first_offset,
+                checked.last_offset,
+                checked.timestamp if self._config.log_append_time else -1,
+                self._log_start_offset,
+                self._segments[-1].next_offset,
+                duplicate=True,
+            )
+        log_end = self._segments[-1].next_offset
+        if expected_base_offset is not None and expected_base_offset != log_end:
+            raise OffsetMismatchError(expected_base_offset, log_end)
+        return None
+
     def append_unit(
         self,
         unit,
@@ -717,21 +728,11 @@ class PartitionLog:
             self._check_open()
             config = self._config
             producer_id = unit.producer_id
-            checked = None
-            if producer_id >= 0:
-                checked = self.producer_state.check_batch(unit)
-                if isinstance(checked, Duplicate):
-                    return AppendResult(
-                        checked.first_offset,
-                        checked.last_offset,
-                        checked.timestamp if config.log_append_time else -1,
-                        self._log_start_offset,
-                        self._segments[-1].next_offset,
-                        duplicate=True,
-                    )
+            checked = self.producer_state.check_batch(unit) if producer_id >= 0 else None
+            duplicate = self._duplicate_or_expected(checked, expected_base_offset)
+            if duplicate is not None:
+                return duplicate
             log_end = self._segments[-1].next_offset
-            if expected_base_offset is not None and expected_base_offset != log_end:
-                raise OffsetMismatchError(expected_base_offset, log_end)
             if not assign_offsets and unit.base_offset < log_end:
                 raise InvalidAppendOffsetError(unit.base_offset, log_end)
             if isinstance(checked, Rejected):
