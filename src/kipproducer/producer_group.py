@@ -672,10 +672,14 @@ class ProducerGroup:
     def close(self) -> None:
         if self._closed:
             return
+        # Closed before the consumer: an assignment librdkafka completes while it leaves the
+        # group must not read positions through a handle being destroyed (committed() then
+        # fails with _DESTROY and the error came out of close()); revocations still reach
+        # on_revoke (_gone).
+        self._closed = True
         consumer = self.consumer
         try:
             if consumer is not None:
                 consumer.close()  # LeaveGroup; on_revoke runs for what is owned
         finally:
-            self._closed = True
             self.positions.clear()
