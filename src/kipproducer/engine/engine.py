@@ -953,10 +953,7 @@ class Engine:
                 if before and base >= 0:
                     base = (batch.base_offset if mode == ProduceMode.USE_OFFSETS
                             else base + before)
-                sender = self._sender_for(batch.topic, batch.partition)
-                _leave_flight(sender, batch)
-                if sender.units:
-                    sender.units.pop(id(batch), None)
+                self._settle(batch)
                 delivered.append(DeliveryReport(batch, None, base,
                                                 getattr(answer, "log_append_time", -1)))
             elif code == ec.DUPLICATE_SEQUENCE_NUMBER:
@@ -1082,11 +1079,16 @@ class Engine:
 
     def _complete(self, batch: ProducerBatch, error, base_offset: int,
                   log_append_time: int = -1) -> None:
+        self._settle(batch)
+        self._report(batch, error, base_offset, log_append_time)
+
+    def _settle(self, batch: ProducerBatch) -> None:
+        """A batch has its verdict: out of flight, and its unit forgotten (a unit is
+        remembered until then, for its retries)."""
         sender = self._sender_for(batch.topic, batch.partition)
         _leave_flight(sender, batch)
-        if sender.units:  # (a unit is remembered until its verdict, for its retries)
+        if sender.units:
             sender.units.pop(id(batch), None)
-        self._report(batch, error, base_offset, log_append_time)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
         self._complete(batch, error, base_offset)
@@ -1109,6 +1111,11 @@ class Engine:
     def _report_delivered(self, reports: list[DeliveryReport]) -> None:
         """What _report does for batches written without error, for a request's worth."""
         self._done_batches.extend(report.batch for report in reports)
+        self._pile(reports)
+
+    def _pile(self, reports: list[DeliveryReport]) -> None:
+        """Hand reports to the caller's thread. Only the first reports of a pile wake the
+        caller (it takes the whole pile): one thread switch per pile rather than per batch."""
         records = sum(report.batch.record_count for report in reports)
         with self._reports_cv:
             was_empty = not self._reports
@@ -1136,11 +1143,4 @@ class Engine:
             holes = batch.base_sequence >= 0 and (batch.attempts > 0
                                                   or error.code() != PURGE_QUEUE)
             self.txn.batch_failed(batch.record_count, holes, error)
-        with self._reports_cv:
-            # Only the first report of a pile wakes the caller (it takes the whole pile):
-            # one thread switch per pile rather than per batch.
-            self._reports.append(DeliveryReport(batch, error, base_offset, log_append_time))
-            self._piled_records += batch.record_count
-            if ((self._prompt_waiters and len(self._reports) == 1)
-                    or self._piled_records >= self._outstanding):
-                self._reports_cv.notify_all()
+        self._pile([DeliveryReport(batch, error, base_offset, log_append_time)])
