@@ -19,6 +19,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "time_limit(seconds): per-test time limit")
 
 
+SPARK_TESTS = "tests/spark/"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """How the README's ``pytest -n 2 --dist loadgroup`` shares the suite between two workers:
+    a test file stays on one worker (its module fixtures, brokers among them, start once), the
+    Spark tests share one worker (one SparkSession, and never two Spark drivers at once on a
+    2-core machine), and they go first, being the longest group, so the other worker runs the
+    rest meanwhile. Without xdist the groups are unused and only the order changes."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.nodeid.split("::", 1)[0]
+            group = "spark" if path.startswith(SPARK_TESTS) else path
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: not item.nodeid.startswith(SPARK_TESTS))  # stable
+
+
 @pytest.fixture
 def test_time_limit_s() -> float | None:
     """Seconds a test may run; None: no limit (the default outside the server tests)."""
