@@ -144,6 +144,8 @@ def main(argv=None) -> None:
     ap.add_argument("--transactions", type=int, default=0, metavar="N",
                     help="transactional producers that commit every N records (default: "
                          "none, plain idempotent producers)")
+    ap.add_argument("--contenders", metavar="NAMES",
+                    help="comma-separated subset of the contenders (default: all of them)")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -164,11 +166,16 @@ def main(argv=None) -> None:
         data_dir, data_where = broker_data_dir("kip-bench-producer-")
         proc, bootstrap = start_kip_broker(data_dir)
     broker_name = "Tansu (memory storage)" if tansu else "`kip broker`"
-    results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
+    contenders = CONTENDERS if not args.contenders else [
+        name.strip() for name in args.contenders.split(",")]
+    unknown = set(contenders) - set(CONTENDERS)
+    if unknown:
+        ap.error(f"unknown contenders {sorted(unknown)}; known: {CONTENDERS}")
+    results: dict[str, list[dict]] = {name: [] for name in contenders}
     try:
         env = child_env()
         for rnd in range(args.repeat):
-            for name in CONTENDERS:  # alternating, so drift hits everyone alike
+            for name in contenders:  # alternating, so drift hits everyone alike
                 topic = f"bench-{CONTENDERS.index(name)}-{rnd}"
                 create_topics(bootstrap, topic, f"{topic}-warm-up")
                 out = subprocess.run(
@@ -196,13 +203,14 @@ def main(argv=None) -> None:
 
     n = args.records
     rows = []
-    for name in CONTENDERS:
+    for name in contenders:
         runs = results[name]
         rate = n / statistics.median(r["seconds"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
         rss = max(r["rss_mib"] for r in runs)
         rows.append((name, rate, cpu, rss))
-    best_confluent = max(rate for name, rate, _, _ in rows if name.startswith("confluent"))
+    best_confluent = max((rate for name, rate, _, _ in rows if name.startswith("confluent")),
+                         default=float("nan"))
     heading = TXN_HEADING if args.transactions else HEADING
     if tansu is not None:
         heading = heading.replace("lanes", "lanes against Tansu")
@@ -231,7 +239,7 @@ def main(argv=None) -> None:
     for name, rate, cpu, rss in rows:
         lines.append(f"| {name} | {rate / 1e6:.2f} M | {rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f}"
                      f" | {cpu:.2f} | {rss:.0f} MiB | {rate / best_confluent:.2f}x |")
-    if args.transactions:
+    if args.transactions and {"kip produce_arrays", "confluent produce()"} <= set(contenders):
         rate_of = {name: rate for name, rate, _, _ in rows}
         ratio = rate_of["kip produce_arrays"] / rate_of["confluent produce()"]
         lines += ["", f"Issue 12's target, produce_arrays in transactions >= 3x confluent's "

@@ -45,6 +45,7 @@ from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
+from .message_layout import install as _install_message_fill
 from .producer_group import ProducerGroup, split_config
 from .records import decode_batches
 
@@ -68,6 +69,12 @@ def _serves_group(method: Callable) -> Callable:
     return call
 
 log = logging.getLogger("kipproducer")
+
+# Per-record delivery reports are filled in place when the installed confluent-kafka's Message
+# layout probes consistent (message_layout.py); else built with its constructor.
+MESSAGE_FILL_OFF = _install_message_fill()
+if MESSAGE_FILL_OFF is not None:
+    log.debug("delivery reports use Message's constructor: %s", MESSAGE_FILL_OFF)
 
 RDKAFKA, ENGINE = "librdkafka", "engine"
 # confluent-kafka's produce() arguments after (topic, value, key), in positional order.
