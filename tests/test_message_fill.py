@@ -140,6 +140,21 @@ def test_no_leak_over_many_reports():
     assert end - start < 64 * 1024
 
 
+def test_deliver_counts_shared_references_exactly():
+    topic = "".join(["shared-", "topic"])  # a str of its own, not interned
+    error = KafkaError(KafkaError._MSG_TIMED_OUT, "shared")
+    (batch,) = decode_batches(_batch(500), validate=False)
+    before = (sys.getrefcount(topic), sys.getrefcount(error))
+    kept = []
+    batch.deliver(0, 500, -1, topic, 0, error, lambda err, msg: kept.append(msg), Message,
+                  TIMESTAMP_CREATE_TIME)
+    assert (sys.getrefcount(topic), sys.getrefcount(error)) == (before[0] + 500,
+                                                                before[1] + 500)
+    assert all(m.topic() is topic and m.error() is error for m in kept)
+    kept.clear()
+    assert (sys.getrefcount(topic), sys.getrefcount(error)) == before
+
+
 def test_other_types_use_their_constructor():
     class Report:
         def __init__(self, *args) -> None:
