@@ -6,10 +6,13 @@ enable.idempotence=true to its own fresh topic on the same broker, and is timed 
 first call to flush() returning with every delivery report in (errors counted as failures).
 Each contender runs in its own process so its CPU seconds (all threads) and peak RSS are its
 own. With ``--transactions N`` every contender is a transactional producer that commits every
-N records (issue 12: kipproducer runs the transactions in its own engine).
+N records (issue 12: kipproducer runs the transactions in its own engine). With
+``--per-record`` the contenders are per-record produce() loops with an explicit partition:
+confluent-kafka's, and kipproducer's plain, offset= (KIP-391) and expected_offset= (KIP-27)
+calls (issue 15). ``--contenders`` runs a comma-separated subset.
 
     python bench/side_by_side_producer.py [--records N] [--repeat R]
-        [--transactions N] [--write bench/RESULTS.md]
+        [--transactions N | --per-record] [--contenders NAMES] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ HEADING = "## Producer lanes (issue 4)"
 TXN_HEADING = "## Producer lanes in transactions (issue 12)"
 CONTENDERS = ["confluent produce()", "confluent produce_batch", "kip produce_batch",
               "kip produce_arrays"]
+# --per-record (issue 15): produce() called once per record with an explicit partition, by
+# confluent-kafka and by kipproducer (plain: librdkafka's lane; offset= / expected_offset=:
+# kipproducer's engine, each record at offset i of a fresh topic).
+PER_RECORD_HEADING = "## Per-record produce() with offsets (issue 15)"
+PER_RECORD_CONTENDERS = ["confluent produce(partition=0)", "kip produce(partition=0)",
+                         "kip produce(offset=)", "kip produce(expected_offset=)"]
+PER_RECORD_KWARGS = {"kip produce(offset=)": "offset",
+                     "kip produce(expected_offset=)": "expected_offset"}
 PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
                    "queue.buffering.max.messages": 2_000_000,
                    "queue.buffering.max.kbytes": 2_097_151}
@@ -75,6 +86,9 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
         producer.begin_transaction()
     if name == "confluent produce()":
         producer.produce(warm, value, b"k")
+    elif name in PER_RECORD_CONTENDERS:
+        offset_kw = PER_RECORD_KWARGS.get(name)
+        producer.produce(warm, value, b"k", partition=0, **({offset_kw: 0} if offset_kw else {}))
     elif name.endswith("produce_batch"):
         producer.produce_batch(warm, [{"value": value, "key": b"k"}])
     else:
@@ -93,6 +107,27 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
                     for k in keys]
     def send(begin: int, end: int) -> None:
         """Records [begin, end) through the lane under test."""
+        if name in PER_RECORD_CONTENDERS:
+            produce = producer.produce
+            offset_kw = PER_RECORD_KWARGS.get(name)
+            for i in range(begin, end):
+                while True:
+                    try:
+                        if offset_kw is None:
+                            produce(topic, value, keys[i], partition=0,
+                                    on_delivery=counts.on_record)
+                        elif offset_kw == "offset":
+                            produce(topic, value, keys[i], partition=0, offset=i,
+                                    on_delivery=counts.on_record)
+                        else:
+                            produce(topic, value, keys[i], partition=0, expected_offset=i,
+                                    on_delivery=counts.on_record)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+                if i % 10000 == 0:
+                    producer.poll(0)
+            return
         if name == "confluent produce()":
             produce = producer.produce
             for i in range(begin, end):
@@ -144,6 +179,11 @@ def main(argv=None) -> None:
     ap.add_argument("--transactions", type=int, default=0, metavar="N",
                     help="transactional producers that commit every N records (default: "
                          "none, plain idempotent producers)")
+    ap.add_argument("--contenders", metavar="NAMES",
+                    help="comma-separated subset of the contenders (default: all of them)")
+    ap.add_argument("--per-record", action="store_true",
+                    help="per-record produce() with an explicit partition: confluent-kafka's "
+                         "against kipproducer's plain, offset= and expected_offset= calls")
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
@@ -164,12 +204,20 @@ def main(argv=None) -> None:
         data_dir, data_where = broker_data_dir("kip-bench-producer-")
         proc, bootstrap = start_kip_broker(data_dir)
     broker_name = "Tansu (memory storage)" if tansu else "`kip broker`"
-    results: dict[str, list[dict]] = {name: [] for name in CONTENDERS}
+    if args.per_record and args.transactions:
+        ap.error("--per-record sends offsets, which transactions refuse")
+    known = PER_RECORD_CONTENDERS if args.per_record else CONTENDERS
+    contenders = known if not args.contenders else [
+        name.strip() for name in args.contenders.split(",")]
+    unknown = set(contenders) - set(known)
+    if unknown:
+        ap.error(f"unknown contenders {sorted(unknown)}; known: {known}")
+    results: dict[str, list[dict]] = {name: [] for name in contenders}
     try:
         env = child_env()
         for rnd in range(args.repeat):
-            for name in CONTENDERS:  # alternating, so drift hits everyone alike
-                topic = f"bench-{CONTENDERS.index(name)}-{rnd}"
+            for name in contenders:  # alternating, so drift hits everyone alike
+                topic = f"bench-{known.index(name)}-{rnd}"
                 create_topics(bootstrap, topic, f"{topic}-warm-up")
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
@@ -196,17 +244,21 @@ def main(argv=None) -> None:
 
     n = args.records
     rows = []
-    for name in CONTENDERS:
+    for name in contenders:
         runs = results[name]
         rate = n / statistics.median(r["seconds"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
         rss = max(r["rss_mib"] for r in runs)
         rows.append((name, rate, cpu, rss))
-    best_confluent = max(rate for name, rate, _, _ in rows if name.startswith("confluent"))
-    heading = TXN_HEADING if args.transactions else HEADING
+    best_confluent = max((rate for name, rate, _, _ in rows if name.startswith("confluent")),
+                         default=float("nan"))
+    heading = (PER_RECORD_HEADING if args.per_record else TXN_HEADING if args.transactions
+               else HEADING)
     if tansu is not None:
         heading = heading.replace("lanes", "lanes against Tansu")
     txn_flag = f" --transactions {args.transactions}" if args.transactions else ""
+    if args.per_record:
+        txn_flag = " --per-record"
     txn_words = (f"transactional producers (transactional.id set) committing every "
                  f"{args.transactions:,} records (commit_transaction flushes first), "
                  if args.transactions else "")
@@ -231,7 +283,7 @@ def main(argv=None) -> None:
     for name, rate, cpu, rss in rows:
         lines.append(f"| {name} | {rate / 1e6:.2f} M | {rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f}"
                      f" | {cpu:.2f} | {rss:.0f} MiB | {rate / best_confluent:.2f}x |")
-    if args.transactions:
+    if args.transactions and {"kip produce_arrays", "confluent produce()"} <= set(contenders):
         rate_of = {name: rate for name, rate, _, _ in rows}
         ratio = rate_of["kip produce_arrays"] / rate_of["confluent produce()"]
         lines += ["", f"Issue 12's target, produce_arrays in transactions >= 3x confluent's "

@@ -380,3 +380,37 @@ def test_packed_runs_are_batches_back_to_back():
     acc.release(batch)
     acc.release(later)
     assert (acc.buffered_bytes, acc.buffered_messages) == (0, 0)
+
+
+class _Name(str):
+    """A str subclass key: equal to the field name, yet not a str exactly."""
+
+
+def _dict_forms(i: int) -> list[dict]:
+    """One message as produce_batch users may build it: literal keys, keys made at run time
+    (not interned), and dicts with keys that are no field (another type, a str subclass)."""
+    fields = {"key": b"k%d" % i, "value": b"v%d" % i, "headers": [("h", b"%d" % i)],
+              "timestamp": 1_700_000_000_000 + i, "partition": i % 2}
+    runtime = {"".join(list(name)): v for name, v in fields.items()}
+    assert all(a is not b for a, b in zip(fields, runtime, strict=True))
+    return [fields, runtime, {**fields, 7: "not a field", "_error": None},
+            {_Name("value"): b"v%d" % i, **{k: v for k, v in fields.items() if k != "value"}}]
+
+
+def test_append_dicts_reads_every_form_of_message_dict():
+    from kipproducer._accumulator import scan_messages
+
+    out = []
+    for form in range(4):
+        acc = RecordAccumulator(linger_ms=0)
+        messages = [_dict_forms(i)[form] for i in range(20)]
+        assert scan_messages(messages, -1) is False  # every message has its partition
+        failed = []
+        assert acc.append_dicts("t", messages, 0, 20, None, -1, 1 << 20, "target",
+                                lambda cb: cb, (None, None),
+                                lambda m, code, text, failed=failed: failed.append(code)) == 20
+        assert failed == []
+        out.append(sorted(records_of(drained(acc))))
+    assert out[0] == out[1] == out[2] == out[3]
+    assert len(out[0]) == 20 and out[0][0][3:] == (b"k0", b"v0", [("h", b"0")],
+                                                   1_700_000_000_000)

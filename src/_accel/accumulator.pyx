@@ -649,6 +649,11 @@ cdef class RecordAccumulator:
     def append(self, str topic not None, int32_t partition, key, value, headers=None, timestamp=None,
                offset=None, opaque=None, expected_offset=None):
         """Append one record. Raises QueueFullError (a BufferError) when the bounds are reached."""
+        self._append_one(topic, partition, key, value, headers, timestamp, offset, opaque,
+                         expected_offset)
+
+    cdef int _append_one(self, str topic, int32_t partition, key, value, headers, timestamp,
+                         offset, opaque, expected_offset) except -1:
         cdef PartitionState st = self._state(topic, partition)
         cdef Blob kb, vb
         cdef int64_t ts = clock_ms(CLOCK_REALTIME) if timestamp is None else timestamp
@@ -682,6 +687,7 @@ cdef class RecordAccumulator:
                 f"producer queue is full ({self.buffered_messages} messages, "
                 f"{self.buffered_bytes} bytes buffered): poll() or flush() to send, or raise "
                 "queue.buffering.max.messages / queue.buffering.max.kbytes")
+        return 0
 
     def append_arrays(self, str topic not None, partition, values, keys=None, timestamps=None,
                       offsets=None, headers=None, opaque=None, expected_offset=None):
@@ -1439,3 +1445,103 @@ def report_runs(ProducerBatch batch not None, Py_ssize_t start, Py_ssize_t end, 
             served += 1
         run_first += count
     return served
+
+
+# ---- per-record produce(offset=) / produce(expected_offset=) (issue 15) -----------------------
+# kipproducer.Producer.produce: the common KIP call (offset= or expected_offset=, an explicit
+# partition, keywords only, a producer whose configuration allows it, its engine running and
+# the topic already on the engine's lane) is appended here with no Python frame; every other
+# call, and every call that must raise, goes to the Python implementation
+# (Producer._produce_general), which keeps each rule and error. A plain produce() of a producer
+# whose engine is not in use goes straight to confluent-kafka's produce().
+
+cdef object _general_produce = None   # Producer._produce_general
+cdef object _librdkafka_produce = None  # confluent_kafka.Producer.produce
+cdef object _report_to = None         # producer._ReportTo
+cdef object _engine_lane = None       # producer.ENGINE
+cdef frozenset _produce_keywords = frozenset()
+
+
+def configure_produce(general, librdkafka_produce, report_to, engine_lane, keywords):
+    """Wire the C produce() to the Python layer (kipproducer.producer does this once)."""
+    global _general_produce, _librdkafka_produce, _report_to, _engine_lane, _produce_keywords
+    _general_produce = general
+    _librdkafka_produce = librdkafka_produce
+    _report_to = report_to
+    _engine_lane = engine_lane
+    _produce_keywords = frozenset(keywords)
+
+
+def note_appended(engine, RecordAccumulator acc not None, Py_ssize_t count):
+    """Engine.appended's rule (one home, in C for produce()'s per-record path): count the
+    records as outstanding, and wake the sender unless it sleeps and its alarm rings no later
+    than a batch opened now would be ready with nothing closed since it went to sleep (waking
+    it, a self-pipe write and a round of its loop per record of a produce() loop, gains
+    nothing). Returns True when the engine has died: the caller fails what it holds."""
+    cv = engine._reports_cv
+    cv.acquire()   # (a Condition's acquire/release are its lock's own, no Python frame)
+    try:
+        engine._outstanding = engine._outstanding + count
+    finally:
+        cv.release()
+    if engine.dead:
+        return True
+    if engine._sender_idle and not (
+            acc.closed_batches == engine._idle_closed
+            and engine._idle_until_ms + 2 <= clock_ms(CLOCK_MONOTONIC) + acc.linger_ms):
+        engine.wake()
+    return False
+
+
+cdef inline Py_ssize_t length_or_zero(object field) except -1:
+    return 0 if field is None else len(field)
+
+
+def produce(self, topic, value=None, key=None, *args, **kwargs):
+    """confluent-kafka's produce(topic, [value], [key], [partition], [on_delivery],
+    [timestamp], [headers]) plus offset= (KIP-391) and expected_offset= (KIP-27); see
+    kipproducer.producer."""
+    cdef RecordAccumulator acc
+    cdef dict inst = self.__dict__
+    cdef list lane
+    if args or inst.get("_group") is not None:
+        return _general_produce(self, topic, value, key, *args, **kwargs)
+    offset = kwargs.get("offset")
+    expected = kwargs.get("expected_offset")
+    engine = inst.get("_engine")
+    if offset is None and expected is None:
+        if (engine is None and inst.get("_txn") is None and "offset" not in kwargs
+                and "expected_offset" not in kwargs):
+            return _librdkafka_produce(self, topic, value, key, **kwargs)
+        return _general_produce(self, topic, value, key, **kwargs)
+    partition = kwargs.get("partition", -1)
+    if (offset is not None and expected is not None) or type(partition) is not int \
+            or partition < 0 or not inst.get("_kip_direct") or type(topic) is not str \
+            or engine is None or engine.dead:
+        return _general_produce(self, topic, value, key, **kwargs)
+    for name in kwargs:
+        if name not in _produce_keywords:
+            return _general_produce(self, topic, value, key, **kwargs)
+    acc = engine.acc
+    if length_or_zero(value) + length_or_zero(key) > engine.config.message_max_bytes:
+        return _general_produce(self, topic, value, key, **kwargs)
+    lane = inst["_lanes"].get(topic)
+    if lane is None or lane[0] != _engine_lane:
+        return _general_produce(self, topic, value, key, **kwargs)
+    user = kwargs.get("on_delivery") or kwargs.get("callback") or inst["_default_on_delivery"]
+    target = inst["_last_target"]
+    if target is None or (target.callback is not user and target.callback != user):
+        # (== too: a bound method is a new object at every call) Records with the same target
+        # share a run in their batch.
+        target = _report_to(user, True)
+        inst["_last_target"] = target
+    lock = engine.lock
+    lock.acquire()
+    try:
+        acc._append_one(topic, partition, key, value, kwargs.get("headers"),
+                        kwargs.get("timestamp") or None, offset, target, expected)
+    finally:
+        lock.release()
+    lane[1] += 1
+    if note_appended(engine, acc, 1):
+        engine.appended(0)  # the engine died meanwhile: it fails what it holds

@@ -11,7 +11,9 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memcpy
+from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_INCREF
 
 from batch_layout cimport (
     ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_SEQUENCE_POS, BASE_TIMESTAMP_POS, BATCH_HEADER_SIZE,
@@ -235,6 +237,117 @@ cdef const unsigned char *parse_record(
     return p
 
 
+# ---- delivery-report Messages filled in place (see kipproducer.message_layout) --------------
+# confluent_kafka.Message's constructor parses its arguments (about 0.5 us a report); its own
+# C code fills the struct instead. kipproducer.message_layout probes the installed struct's
+# layout at import, verifies it, and configures this fill; until then (or when the probe
+# fails) reports are built with the constructor.
+
+cdef extern from "Python.h":
+    ctypedef object (*message_alloc_t)(PyTypeObject *, Py_ssize_t)
+    ctypedef struct TypeAlloc "PyTypeObject":
+        message_alloc_t tp_alloc
+
+cdef enum:
+    MESSAGE_MAX_SIZE = 1024
+
+cdef struct MessageFill:
+    Py_ssize_t head, size
+    Py_ssize_t topic_at, value_at, key_at, headers_at, error_at
+    Py_ssize_t partition_at, offset_at, tstype_at, timestamp_at
+    int32_t partition_unset
+    int64_t offset_unset
+    unsigned char template[MESSAGE_MAX_SIZE]
+
+cdef MessageFill FILL
+cdef object FILL_TYPE = None   # the type the fill is for (and a reference keeping it alive)
+
+
+def configure_message_fill(message_type, dict offsets, bytes template,
+                           int32_t partition_unset=-1, int64_t offset_unset=-1):
+    """Fill reports of ``message_type`` with this layout (kipproducer.message_layout);
+    ``None``: build them with the constructor."""
+    global FILL_TYPE
+    FILL_TYPE = None
+    if message_type is None:
+        return
+    if not isinstance(message_type, type):
+        raise TypeError("message_type must be a type")
+    size = (<type>message_type).__basicsize__
+    if len(template) != size or size > MESSAGE_MAX_SIZE:
+        raise ValueError("the template must be one Message's bytes")
+    FILL.head = sizeof(PyObject)
+    FILL.size = size
+    names = ("topic", "value", "key", "headers", "error", "partition", "offset", "tstype",
+             "timestamp")
+    widths = (sizeof(PyObject *),) * 5 + (4, 8, 4, 8)
+    for name, width in zip(names, widths):
+        at = offsets[name]
+        if not FILL.head <= at <= size - width or at % width:
+            raise ValueError(f"field {name} at {at} is outside the object or misaligned")
+    FILL.topic_at = offsets["topic"]
+    FILL.value_at = offsets["value"]
+    FILL.key_at = offsets["key"]
+    FILL.headers_at = offsets["headers"]
+    FILL.error_at = offsets["error"]
+    FILL.partition_at = offsets["partition"]
+    FILL.offset_at = offsets["offset"]
+    FILL.tstype_at = offsets["tstype"]
+    FILL.timestamp_at = offsets["timestamp"]
+    FILL.partition_unset = partition_unset
+    FILL.offset_unset = offset_unset
+    memcpy(FILL.template, <const char *>template, size)
+    FILL_TYPE = message_type
+
+
+def message_fill_type():
+    """The type reports are filled for, or None when they are built with the constructor."""
+    return FILL_TYPE
+
+
+cdef inline void put_reference(char *message, Py_ssize_t at, object value) noexcept:
+    # The constructor stores NULL for None (the accessors answer None for both).
+    if value is None:
+        return
+    Py_INCREF(value)
+    (<PyObject **>(message + at))[0] = <PyObject *>value
+
+
+cdef object new_message(object topic, int32_t partition, int64_t offset, object key,
+                        object value, object headers, object error, int tstype,
+                        int64_t timestamp):
+    """A report of FILL_TYPE filled in place (the caller checked FILL_TYPE is set): what
+    the constructor stores for these arguments, field by field."""
+    cdef object message = (<TypeAlloc *>FILL_TYPE).tp_alloc(<PyTypeObject *>FILL_TYPE, 0)
+    cdef char *p = <char *><PyObject *>message
+    # tp_alloc zeroed the object and set its header; nothing allocates until it is filled, so
+    # the garbage collector cannot look at it half-built.
+    memcpy(p + FILL.head, FILL.template + FILL.head, FILL.size - FILL.head)
+    put_reference(p, FILL.topic_at, topic)
+    put_reference(p, FILL.value_at, value)
+    put_reference(p, FILL.key_at, key)
+    put_reference(p, FILL.headers_at, headers)
+    put_reference(p, FILL.error_at, error)
+    if partition < 0:
+        partition = FILL.partition_unset
+    if offset < 0:
+        offset = FILL.offset_unset
+    memcpy(p + FILL.partition_at, &partition, 4)
+    memcpy(p + FILL.offset_at, &offset, 8)
+    memcpy(p + FILL.tstype_at, &tstype, 4)
+    memcpy(p + FILL.timestamp_at, &timestamp, 8)
+    return message
+
+
+def fill_message(topic, int32_t partition, int64_t offset, key, value, headers, error,
+                 int tstype, int64_t timestamp):
+    """One filled Message (for the layout check and tests); TypeError when the fill is off."""
+    if FILL_TYPE is None:
+        raise TypeError("the Message fill is off")
+    return new_message(topic, partition, offset, key, value, headers, error, tstype,
+                       timestamp)
+
+
 cdef inline object blob_to_bytes(const unsigned char *p, int32_t size):
     if size < 0:
         return None
@@ -402,8 +515,9 @@ cdef class Batch:
         """Delivery reports for records start..end-1: ``callback(error, message_type(...))``.
 
         The producer's per-record delivery path (confluent-kafka's on_delivery contract):
-        records are parsed straight from the batch and each Message is built with one
-        positional call (the keyword form costs three times as much). ``base_offset`` is
+        records are parsed straight from the batch and each Message is filled in place when
+        kipproducer.message_layout vouched for ``message_type``'s layout, else built with
+        one positional call (the keyword form costs three times as much). ``base_offset`` is
         where the broker put record 0 (-1: unknown, every offset reported as -1). Returns
         how many callbacks ran.
         """
@@ -417,6 +531,8 @@ cdef class Batch:
         cdef const unsigned char *headers_at = NULL
         cdef Py_ssize_t headers_len = 0
         cdef object timestamp = None, headers
+        # Filled in place when the layout probe vouched for this type (message_layout.py)
+        cdef bint fill = FILL_TYPE is not None and message_type is FILL_TYPE
         if end > self.record_count:
             end = self.record_count
         if start >= end:
@@ -454,6 +570,11 @@ cdef class Batch:
             else:
                 headers = None
             ts = self.max_timestamp if log_append else self.base_timestamp + r.timestamp_delta
+            if fill:
+                callback(error, new_message(
+                    topic, partition, offset, blob_to_bytes(r.key, r.key_size),
+                    blob_to_bytes(r.value, r.value_size), headers, error, timestamp_type, ts))
+                continue
             if timestamp is None or ts != last_ts:  # an immutable tuple: shared while it holds
                 timestamp = (timestamp_type, ts)
                 last_ts = ts

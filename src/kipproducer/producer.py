@@ -40,11 +40,13 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
+from . import _accumulator
 from ._accumulator import BatchDelivery, report_runs
 from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
+from .message_layout import install as _install_message_fill
 from .producer_group import ProducerGroup, split_config
 from .records import decode_batches
 
@@ -68,6 +70,12 @@ def _serves_group(method: Callable) -> Callable:
     return call
 
 log = logging.getLogger("kipproducer")
+
+# Per-record delivery reports are filled in place when the installed confluent-kafka's Message
+# layout probes consistent (message_layout.py); else built with its constructor.
+MESSAGE_FILL_OFF = _install_message_fill()
+if MESSAGE_FILL_OFF is not None:
+    log.debug("delivery reports use Message's constructor: %s", MESSAGE_FILL_OFF)
 
 RDKAFKA, ENGINE = "librdkafka", "engine"
 # confluent-kafka's produce() arguments after (topic, value, key), in positional order.
@@ -132,6 +140,12 @@ class Producer(confluent_kafka.Producer):
         self._per_record_reports = _bool(conf.get("kip.delivery.report.per.record", False))
         # Why records with offsets / expected offsets cannot go (the configuration is fixed).
         self._kip_refusals = (self._kip_refusal(True), self._kip_refusal(False))
+        # The C produce() appends offset= / expected_offset= records itself only when nothing
+        # about this configuration needs a check per call (no transactions, acks != 0).
+        # (`is None` each: KafkaError's == against None leaves an exception set)
+        self._kip_direct = (self._kip_refusals[0] is None and self._kip_refusals[1] is None
+                            and self._txn is None
+                            and not self._transactional and not self._acks_zero())
         # topic -> (lane, records of that lane not yet reported), once the engine is in use
         self._lanes: dict[str, list] = {}
         self._last_target: _ReportTo | None = None  # produce()'s last report target
@@ -320,7 +334,9 @@ class Producer(confluent_kafka.Producer):
     # ---- the librdkafka lane ------------------------------------------------------------------
 
     @_serves_group
-    def produce(self, topic, value=None, key=None, *args, **kwargs):  # type: ignore[override]
+    def _produce_general(self, topic, value=None, key=None, *args, **kwargs):
+        """produce(), every case: the C produce() (installed as Producer.produce below)
+        appends the common offset= / expected_offset= call itself and hands the rest here."""
         if "offset" in kwargs or "expected_offset" in kwargs or self._txn is not None:
             return self._produce_kip(topic, value, key, args, kwargs)
         if self._engine is None:
@@ -820,6 +836,12 @@ class Producer(confluent_kafka.Producer):
         engine = getattr(self, "_engine", None)
         if engine is not None:
             engine.close(timeout=0)
+
+
+# produce() in C for its common cases (see _accumulator.produce); the rest is _produce_general.
+_accumulator.configure_produce(Producer._produce_general, confluent_kafka.Producer.produce,
+                               _ReportTo, ENGINE, _PRODUCE_KEYWORDS)
+Producer.produce = _accumulator.produce  # type: ignore[assignment,method-assign]
 
 
 def _one_partition(key, total: int, partitioner: str) -> int:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from kipproducer._accumulator import note_appended
 from kipproducer.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from kipproducer.alarm import Alarm
 from kipproducer.errors import ProduceOffsetKafkaError
@@ -291,19 +292,12 @@ class Engine:
             self._wake.set()
 
     def appended(self, count: int) -> None:
-        with self._reports_cv:
-            self._outstanding += count
-        if self.dead:  # the sender died while these were appended: report them failed
+        """``count`` records were appended: count them and wake the sender if it needs to
+        (the rule is note_appended's, in C, which per-record produce() calls directly)."""
+        if note_appended(self, self.acc, count):
+            # the sender died while these were appended: report them failed
             self._fail_everything(self._fatal or KafkaError(
                 KafkaError._FATAL, "the kipproducer engine is closed", fatal=True))
-            return
-        if (self._sender_idle and self.acc.closed_batches == self._idle_closed
-                and self._idle_until_ms + 2 <= monotonic_ms() + self.config.linger_ms):
-            # Nothing closed since the sender went to sleep, and its alarm rings no later
-            # than a batch opened now would be ready: waking it (a self-pipe write and a
-            # round of the loop for every record of a produce() loop) gains nothing.
-            return
-        self.wake()
 
     def call(self, coro, timeout: float | None = None) -> Any:
         if self.dead:
