@@ -317,7 +317,7 @@ def _table(source: TopicSummary, target: TopicSummary) -> tuple[list[str], int]:
     return lines, same
 
 
-def _spark_step(target, src: TopicSummary) -> bool | None:
+def _spark_step(target) -> bool | None:
     """Step 5 when pyspark and a Java are here: True/False (exactly once or not), None when
     skipped (and it says how to install what is missing)."""
     from .spark import demo_step, unavailable_reason
@@ -329,8 +329,7 @@ def _spark_step(target, src: TopicSummary) -> bool | None:
     print(f"\n5. spark   spark.read.format('kip') of the copy -> a Python UDF that fails one "
           f"task's first attempt -> df.write.format('kip') (transactional) to "
           f"{TOPIC + demo_step.OUT_SUFFIX!r}", flush=True)
-    first, last = src.partitions[0].first, src.partitions[0].last
-    return demo_step.run(target.bootstrap_servers, TOPIC, (first + last) // 2)
+    return demo_step.run(target.bootstrap_servers, TOPIC)
 
 
 def run(records: int = 200_000, spark: bool = True) -> int:
@@ -376,6 +375,6 @@ def run(records: int = 200_000, spark: bool = True) -> int:
         print(f"crc32c covers every record's offset, timestamp, key, value and headers. "
               f"identical: {'yes' if same == PARTITIONS else 'no'} ({same} of {PARTITIONS} "
               "partitions)", flush=True)
-        once = _spark_step(target, dst) if spark else None
+        once = _spark_step(target) if spark else None
     print(f"\nwhole demo {time.perf_counter() - t_start:.1f} s")
     return 0 if same == PARTITIONS and once is not False else 1

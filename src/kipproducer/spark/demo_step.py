@@ -2,8 +2,8 @@
 exactly once while a task's first attempt fails on purpose.
 
 The step reads the target broker's copy with the kip source (read_committed), passes the
-value through a Python UDF that raises halfway through Kafka partition 0 in the task's first
-attempt, and writes with the transactional sink on local[2,4] (the task is retried).
+value through a Python UDF that raises on the last record of Kafka partition 0 in the task's
+first attempt, and writes with the transactional sink on local[2,4] (the task is retried).
 Spark hands the failing attempt's writer a prefix of its rows as if it were all of them, and
 that attempt does write them, in a transaction the driver then aborts. A read_uncommitted
 consumer sees those rows twice; a read_committed one sees every record exactly once.
@@ -18,8 +18,9 @@ from collections import Counter
 OUT_SUFFIX = "-spark"
 
 
-def _read(bootstrap: str, topic: str, isolation: str) -> Counter:
-    """(key, value) of every record up to the end, counted."""
+def _read(bootstrap: str, topic: str, isolation: str) -> tuple[Counter, int]:
+    """(key, value) of every record up to the end, counted (tombstones left out), and the
+    offset of partition 0's last record with a value."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kip-demo-{time.time_ns()}",
@@ -29,6 +30,7 @@ def _read(bootstrap: str, topic: str, isolation: str) -> Counter:
         meta = consumer.list_topics(topic, timeout=30).topics[topic]
         consumer.assign([TopicPartition(topic, p, -2) for p in meta.partitions])
         found: Counter = Counter()
+        last_of_0 = -1
         at_end: set[int] = set()
         deadline = time.monotonic() + 120
         while len(at_end) < len(meta.partitions) and time.monotonic() < deadline:
@@ -41,14 +43,15 @@ def _read(bootstrap: str, topic: str, isolation: str) -> Counter:
                 at_end.discard(m.partition())
                 if m.value() is not None:
                     found[(m.key(), m.value())] += 1
-        return found
+                    if m.partition() == 0:
+                        last_of_0 = max(last_of_0, m.offset())
+        return found, last_of_0
     finally:
         consumer.close()
 
 
-def run(bootstrap: str, topic: str, fail_from: int) -> bool:
-    """The step against the broker ``bootstrap``: ``topic`` -> ``topic + OUT_SUFFIX``; the
-    first attempt of Kafka partition 0's task fails at its first record from ``fail_from``.
+def run(bootstrap: str, topic: str) -> bool:
+    """The step against the broker ``bootstrap``: ``topic`` -> ``topic + OUT_SUFFIX``.
     Prints what it did; True when read_committed sees every record exactly once."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyspark.sql import functions as F
@@ -56,6 +59,7 @@ def run(bootstrap: str, topic: str, fail_from: int) -> bool:
     from . import session
 
     out = topic + OUT_SUFFIX
+    want, fail_at = _read(bootstrap, topic, "read_committed")
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     admin.create_topics([NewTopic(out, 3, 1)])[out].result(30)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -70,7 +74,7 @@ def run(bootstrap: str, topic: str, fail_from: int) -> bool:
         def passed_on(partition, offset, value):  # no hints: Spark would take a pandas UDF
             from pyspark import TaskContext
 
-            if partition == 0 and offset >= fail_from and \
+            if partition == 0 and offset == fail_at and \
                     TaskContext.get().attemptNumber() == 0:
                 raise RuntimeError("kip demo: planned failure of a first attempt")
             return value
@@ -85,9 +89,8 @@ def run(bootstrap: str, topic: str, fail_from: int) -> bool:
         took = time.perf_counter() - t1
     finally:
         spark.stop()
-    want = _read(bootstrap, topic, "read_committed")
-    committed = _read(bootstrap, out, "read_committed")
-    everything = _read(bootstrap, out, "read_uncommitted")
+    committed, _ = _read(bootstrap, out, "read_committed")
+    everything, _ = _read(bootstrap, out, "read_uncommitted")
     once = committed == want
     print(f"   Spark started in {started:.1f} s (local[2,4]); the job ran in {took:.1f} s, one "
           "task failed on purpose and was retried", flush=True)
