@@ -31,8 +31,10 @@ from .options import (
 
 try:  # pyspark is an extra: kipproducer imports without it
     from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - the spark extra is not installed
     DataSourceReader = DataSourceStreamReader = InputPartition = object  # type: ignore
+    SupportsTriggerAvailableNow = object  # type: ignore
 
 EARLIEST, LATEST = -2, -1  # Spark's (and Kafka's ListOffsets') codes in offset JSON
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -451,13 +453,19 @@ class KipBatchReader(DataSourceReader):  # type: ignore[misc]
         return read_range(self.props, self.options, partition)
 
 
-class KipStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Offsets as Spark's Kafka source checkpoints them: {"topic": {"partition": offset}}."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.plan = ReadPlan(options, streaming=True)
         self.props = self.plan.props
         self.options = self.plan.options
+        self.target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to the ends as they are now, in as many micro-batches
+        as maxOffsetsPerTrigger makes; partitions that appear later wait for the next run."""
+        self.target = self.plan.list_offsets(self.plan.partitions(), LATEST)
 
     def initialOffset(self) -> dict:
         return offsets_json(self.plan.starting_offsets(self.plan.partitions()))
@@ -470,8 +478,10 @@ class KipStreamReader(DataSourceStreamReader):  # type: ignore[misc]
         return ReadMaxRows(self.plan.max_offsets)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        tps = self.plan.partitions()
-        latest = self.plan.list_offsets(tps, LATEST)
+        if self.target is not None:
+            latest = dict(self.target)
+        else:
+            latest = self.plan.list_offsets(self.plan.partitions(), LATEST)
         since = from_json(start) if start else {}
         # A partition's end never goes back (a read_committed LSO only rises).
         for tp, offset in since.items():
