@@ -17,7 +17,13 @@
    watermarks, first and last offset, record count, gaps and a CRC-32C over every record's
    offset, timestamp, key, value and headers.
 
-Exit code 0 only if every partition is identical.
+6. When pyspark and a Java are installed (``--no-spark`` skips it): a small exactly-once Spark
+   step (kipproducer/spark/demo_step.py): the copy read with ``format("kip")`` and written
+   with the transactional sink while one task's first attempt fails on purpose; otherwise it
+   says what to install.
+
+Exit code 0 only if every partition is identical (and the Spark step, when run, saw every
+record exactly once).
 """
 
 from __future__ import annotations

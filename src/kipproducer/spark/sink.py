@@ -4,7 +4,8 @@ one of three write paths (docs/spark.md):
 - ``transactional`` (the default): two-phase commit. Each task attempt writes through its own
   transactional id and leaves its transaction open; the driver commits the transactions of
   the successful attempts and aborts the others (twophase.py). Exactly once for
-  read_committed readers.
+  read_committed readers. A named write (``kip.write.id``) commits through the sink's
+  ledger (ledger.py), so a re-run or ``recover_write`` finishes what a killed driver left.
 - ``ordered`` (``write_ordered``): KIP-27 expected offsets, no transaction. Each target
   partition's rows come to one task in a deterministic order; a retried attempt verifies the
   prefix an earlier attempt wrote and continues after it. Exactly once for every reader.
