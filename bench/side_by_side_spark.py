@@ -16,14 +16,26 @@ from the action's start to its end (Spark's task scheduling included for all):
 - kip write_ordered: KIP-27 expected offsets, after a shuffle by target partition and a sort.
   Exactly once for every reader.
 
-Usage: python bench/side_by_side_spark.py [--records N] [--repeat R] [--master local[2]]
-       [--write bench/RESULTS.md]
+Then the source, reading the rows back (the confluent contender's topic) into a DataFrame that
+Spark materialises (a ``noop`` write):
+
+- confluent foreachPartition consumer: an RDD of one task per Kafka partition, each a
+  confluent_kafka.Consumer loop (assign, consume to the end offset) yielding rows, made a
+  DataFrame (what users write today without the Maven Kafka connector);
+- kip source: ``spark.read.format("kip")`` (one task per partition, Arrow batches).
+
+With ``--masters local[1],local[2]`` the whole table is measured for each master (a new
+SparkSession each) and a last table gives local[2] over local[1] per contender.
+
+Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
+       [--masters local[2]] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -37,6 +49,10 @@ PARTITIONS = 6
 CONFLUENT = "confluent foreachPartition"
 KIP = "kip sink (transactional)"
 ORDERED = "kip write_ordered"
+CONSUMER = "confluent foreachPartition consumer"
+SOURCE = "kip source"
+WRITERS = (CONFLUENT, KIP, ORDERED)
+READERS = (CONSUMER, SOURCE)
 
 
 def confluent_partition(bootstrap: str, topic: str):
@@ -57,6 +73,37 @@ def confluent_partition(bootstrap: str, topic: str):
             raise RuntimeError(f"{left} records not delivered")
 
     return write
+
+
+def confluent_read(spark, bootstrap: str, topic: str):
+    """A DataFrame of the topic read by one confluent Consumer loop per Kafka partition."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                for p in range(PARTITIONS)})
+    ends = {tp.partition: f.result(30).offset for tp, f in found.items()}
+
+    def read(partitions):
+        from confluent_kafka import Consumer
+        from confluent_kafka import TopicPartition as TP
+
+        for p in partitions:
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": "kip-bench-read",
+                          "enable.auto.commit": False, "log_level": 3})
+            c.assign([TP(topic, p, 0)])
+            position = 0
+            while position < ends[p]:
+                for m in c.consume(10_000, 1.0):
+                    if m.error() is None:
+                        position = m.offset() + 1
+                        yield (m.key(), m.value(), topic, p, m.offset())
+            c.close()
+
+    rdd = spark.sparkContext.parallelize(range(PARTITIONS), PARTITIONS).mapPartitions(read)
+    return spark.createDataFrame(rdd, "key binary, value binary, topic string, "
+                                      "partition int, offset long")
 
 
 def count(bootstrap: str, topic: str) -> int:
@@ -80,45 +127,37 @@ def count(bootstrap: str, topic: str) -> int:
     return seen
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--write", metavar="RESULTS_MD")
-    args = parser.parse_args()
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "src"))
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str, list[float]]:
+    """Seconds per run of every contender on a new SparkSession of ``master``."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyspark.sql import functions as F
 
     from kipproducer import spark as kip_spark
 
-    data_dir, where = broker_data_dir("kip-bench-spark-")
-    broker, bootstrap = start_kip_broker(data_dir)
-    spark = kip_spark.session(args.master, "kip-bench", {
+    spark = kip_spark.session(master, "kip-bench", {
         "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "8"})
+    tag = master.replace("[", "").replace("]", "").replace(",", "-")
+    times: dict[str, list[float]] = {name: [] for name in WRITERS + READERS}
     try:
-        df = (spark.range(0, args.records, numPartitions=8)
+        df = (spark.range(0, records, numPartitions=8)
               .select(F.format_string("key-%08d", "id").cast("binary").alias("key"),
                       F.expr("cast(repeat(cast(id % 10 as string), 100) as binary)")
                       .alias("value"))
               .cache())
         df.count()
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        times: dict[str, list[float]] = {CONFLUENT: [], KIP: [], ORDERED: []}
         # Round 0 is a warm-up, not counted: each path's first action starts its Python
         # workers and imports (pyarrow, kipproducer), which cost seconds once per session.
-        for r in range(args.repeat + 1):
-            for name in times:
-                topic = f"{name.split()[0]}-{name.split()[-1].strip('()')}-{r}"
+        for r in range(repeat + 1):
+            written_by_confluent = ""
+            for name in WRITERS:
+                topic = f"{tag}-{name.split()[0]}-{name.split()[-1].strip('()')}-{r}"
                 admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
                 started = time.perf_counter()
                 if name == CONFLUENT:
                     df.foreachPartition(confluent_partition(bootstrap, topic))
+                    written_by_confluent = topic
                 elif name == KIP:
                     (df.write.format("kip").option("kafka.bootstrap.servers", bootstrap)
                      .option("topic", topic).mode("append").save())
@@ -126,38 +165,97 @@ def main() -> None:
                     kip_spark.write_ordered(df, topic, {"kafka.bootstrap.servers": bootstrap})
                 elapsed = time.perf_counter() - started
                 written = count(bootstrap, topic)
-                if written != args.records:
+                if written != records:
                     raise SystemExit(f"{name}: {written} records in {topic}, expected "
-                                     f"{args.records}")
-                if r == 0:
-                    print(f"warm-up {name}: {elapsed:.2f} s", flush=True)
-                    continue
-                times[name].append(elapsed)
-                print(f"run {r} {name}: {args.records / elapsed:,.0f} rows/s "
-                      f"({elapsed:.2f} s)", flush=True)
+                                     f"{records}")
+                report(master, r, name, records, elapsed, times)
+            for name in READERS:
+                started = time.perf_counter()
+                if name == CONSUMER:
+                    read = confluent_read(spark, bootstrap, written_by_confluent)
+                else:
+                    read = (spark.read.format("kip").option("kafka.bootstrap.servers",
+                                                            bootstrap)
+                            .option("subscribe", written_by_confluent).load())
+                read.write.format("noop").mode("overwrite").save()
+                report(master, r, name, records, time.perf_counter() - started, times)
+            # the row count once per round, outside the timing
+            if read.count() != records:
+                raise SystemExit(f"{name}: read {read.count()} rows, expected {records}")
     finally:
         spark.stop()
+    return times
+
+
+def report(master: str, r: int, name: str, records: int, elapsed: float,
+           times: dict[str, list[float]]) -> None:
+    if r == 0:
+        print(f"{master} warm-up {name}: {elapsed:.2f} s", flush=True)
+        return
+    times[name].append(elapsed)
+    print(f"{master} run {r} {name}: {records / elapsed:,.0f} rows/s ({elapsed:.2f} s)",
+          flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--masters", default="local[2]",
+                        help="comma list of Spark masters, each measured on its own session "
+                        "(local[1],local[2] for the scaling table)")
+    parser.add_argument("--write", metavar="RESULTS_MD")
+    args = parser.parse_args()
+    # commas inside brackets (local[2,4]) belong to the master
+    masters = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", args.masters)
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "src"))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+    data_dir, where = broker_data_dir("kip-bench-spark-")
+    broker, bootstrap = start_kip_broker(data_dir)
+    results: dict[str, dict[str, list[float]]] = {}
+    try:
+        for master in masters:
+            results[master] = measure(master, args.records, args.repeat, bootstrap)
+    finally:
         broker.terminate()
         broker.wait(30)
         shutil.rmtree(data_dir, ignore_errors=True)
 
-    base = statistics.median(times[CONFLUENT])
+    guarantees = {CONFLUENT: "at least once", KIP: "exactly once (read_committed)",
+                  ORDERED: "exactly once (every reader)", CONSUMER: "-",
+                  SOURCE: "-"}
     lines = [HEADING, "",
              f"{args.records:,} rows (12-byte keys, 100-byte values, 8 Spark partitions, cached) "
-             f"to a 6-partition topic on one `kip broker` (data dir {where}), Spark "
-             f"`{args.master}`, one warm-up round, then {args.repeat} alternating runs "
-             "each, median; "
-             f"`python bench/side_by_side_spark.py --records {args.records} --repeat "
-             f"{args.repeat}`. Machine: {machine()}.", "",
-             "| contender | rows/s (median) | vs confluent | guarantee |",
-             "|---|---|---|---|"]
-    guarantees = {CONFLUENT: "at least once", KIP: "exactly once (read_committed)",
-                  ORDERED: "exactly once (every reader)"}
-    for name, runs in times.items():
-        median = statistics.median(runs)
-        lines.append(f"| {name} | {args.records / median:,.0f} | {base / median:.2f}x | "
-                     f"{guarantees[name]} |")
-    section = "\n".join(lines) + "\n"
+             f"to a 6-partition topic on one `kip broker` (data dir {where}), then read back; "
+             "one warm-up round, then "
+             f"{args.repeat} alternating runs each, median; `python bench/side_by_side_spark.py "
+             f"--records {args.records} --repeat {args.repeat} --masters {args.masters}`. "
+             f"Machine: {machine()}.", ""]
+    for master, times in results.items():
+        lines += [f"Spark `{master}`:", "",
+                  "| contender | rows/s (median) | vs confluent | guarantee |",
+                  "|---|---|---|---|"]
+        for names, base_name in ((WRITERS, CONFLUENT), (READERS, CONSUMER)):
+            base = statistics.median(times[base_name])
+            for name in names:
+                median = statistics.median(times[name])
+                lines.append(f"| {name} | {args.records / median:,.0f} | "
+                             f"{base / median:.2f}x | {guarantees[name]} |")
+        lines.append("")
+    if len(results) > 1:
+        first, *rest = results
+        lines += [f"Scaling: rows/s on each master over `{first}`:", "",
+                  "| contender | " + " | ".join(f"`{m}`" for m in rest) + " |",
+                  "|---|" + "---|" * len(rest)]
+        for name in WRITERS + READERS:
+            one = statistics.median(results[first][name])
+            lines.append(f"| {name} | " + " | ".join(
+                f"{one / statistics.median(results[m][name]):.2f}x" for m in rest) + " |")
+        lines.append("")
+    section = "\n".join(lines)
     print(section)
     if args.write:
         replace_section(args.write, HEADING, section)

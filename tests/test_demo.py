@@ -41,18 +41,18 @@ def _rows(stdout: str) -> dict[int, dict[str, dict]]:
     return table
 
 
-def _run_demo(*args: str) -> subprocess.CompletedProcess:
+def _run_demo(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     # The subprocess runs the very package these tests import (src/ or site-packages).
     home = str(Path(kipproducer.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (home, env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "kipproducer", "demo", *args],
-                          capture_output=True, text=True, env=env, timeout=180)
+                          capture_output=True, text=True, env=env, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def demo_run() -> subprocess.CompletedProcess:
-    return _run_demo("--records", "20000")
+    return _run_demo("--records", "20000", "--no-spark")  # the Spark step: below
 
 
 def test_demo_copies_every_partition_identically(demo_run):
@@ -118,3 +118,40 @@ def test_demo_table_reports_a_difference():
     assert verdicts == ["yes", "NO", "yes"]
     source_row = next(line for line in lines if line.lstrip().startswith("0 "))
     assert " 2 " in source_row  # two gaps: 6 -> 9 and 9 -> 12
+
+
+@pytest.mark.slow
+def test_demo_spark_step_writes_every_record_exactly_once():
+    from kipproducer.spark import unavailable_reason
+
+    missing = unavailable_reason()
+    if missing is not None:
+        pytest.skip(missing)
+    run = _run_demo("--records", "5000", timeout=420)
+    out = run.stdout
+    assert run.returncode == 0, out + run.stderr[-3000:]
+    assert "planned failure of a first attempt" in run.stderr  # the task did fail once
+    m = re.search(r"read_committed sees ([\d,]+): every record of 'orders' exactly once", out)
+    assert m, out
+    # the copy's records with a value, each once (the table counts tombstones too)
+    table = _rows(out)
+    assert 0 < _number(m[1]) <= sum(s["target"]["records"] for s in table.values())
+    assert re.search(r"whole demo [\d.]+ s", out)
+
+
+def test_demo_without_spark_says_how_to_install_it(monkeypatch, capsys):
+    import importlib.util
+
+    from kipproducer import demo
+    from kipproducer import spark as kip_spark
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "pyspark" else real(name, *a))
+    assert demo._spark_step(target=None) is None
+    out = capsys.readouterr().out
+    assert "5. spark   skipped: pyspark is not installed" in out
+    assert 'pip install "kipproducer[spark]"' in out
+    monkeypatch.setattr(importlib.util, "find_spec", real)
+    monkeypatch.setattr(kip_spark, "find_java", lambda: None)
+    assert "no Java for Spark" in kip_spark.unavailable_reason()

@@ -12,7 +12,7 @@ from . import groups_cli, mirror_cli, security_cli, transactions_cli
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
-    return demo.run(records=args.records)
+    return demo.run(records=args.records, spark=not args.no_spark)
 
 
 def _config_pairs(pairs: list[str]) -> dict[str, str]:
@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--records", type=int, default=200_000,
                       help="records written to the source topic before compaction "
                            "(default 200000; at least 1000)")
+    demo.add_argument("--no-spark", action="store_true",
+                      help="skip the Spark step (run when pyspark and a Java are installed)")
     demo.set_defaults(func=cmd_demo)
 
     broker = sub.add_parser("broker", help="run the reference Kafka broker in the foreground")

@@ -17,7 +17,13 @@
    watermarks, first and last offset, record count, gaps and a CRC-32C over every record's
    offset, timestamp, key, value and headers.
 
-Exit code 0 only if every partition is identical.
+6. When pyspark and a Java are installed (``--no-spark`` skips it): a small exactly-once Spark
+   step (kipproducer/spark/demo_step.py): the copy read with ``format("kip")`` and written
+   with the transactional sink while one task's first attempt fails on purpose; otherwise it
+   says what to install.
+
+Exit code 0 only if every partition is identical (and the Spark step, when run, saw every
+record exactly once).
 """
 
 from __future__ import annotations
@@ -317,7 +323,22 @@ def _table(source: TopicSummary, target: TopicSummary) -> tuple[list[str], int]:
     return lines, same
 
 
-def run(records: int = 200_000) -> int:
+def _spark_step(target) -> bool | None:
+    """Step 5 when pyspark and a Java are here: True/False (exactly once or not), None when
+    skipped (and it says how to install what is missing)."""
+    from .spark import demo_step, unavailable_reason
+
+    missing = unavailable_reason()
+    if missing is not None:
+        print(f"\n5. spark   skipped: {missing}")
+        return None
+    print(f"\n5. spark   spark.read.format('kip') of the copy -> a Python UDF that fails one "
+          f"task's first attempt -> df.write.format('kip') (transactional) to "
+          f"{TOPIC + demo_step.OUT_SUFFIX!r}", flush=True)
+    return demo_step.run(target.bootstrap_servers, TOPIC)
+
+
+def run(records: int = 200_000, spark: bool = True) -> int:
     from .broker.embedded import EmbeddedBroker
 
     if records < 1000:
@@ -354,10 +375,12 @@ def run(records: int = 200_000) -> int:
         print("4. verify  a fresh librdkafka consumer reads both topics to their end\n")
         src = read_topic(source.bootstrap_servers, TOPIC, PARTITIONS)
         dst = read_topic(target.bootstrap_servers, TOPIC, PARTITIONS)
-    lines, same = _table(src, dst)
-    print("\n".join(lines))
-    print()
-    print(f"crc32c covers every record's offset, timestamp, key, value and headers. "
-          f"identical: {'yes' if same == PARTITIONS else 'no'} ({same} of {PARTITIONS} "
-          f"partitions); whole demo {time.perf_counter() - t_start:.1f} s")
-    return 0 if same == PARTITIONS else 1
+        lines, same = _table(src, dst)
+        print("\n".join(lines))
+        print()
+        print(f"crc32c covers every record's offset, timestamp, key, value and headers. "
+              f"identical: {'yes' if same == PARTITIONS else 'no'} ({same} of {PARTITIONS} "
+              "partitions)", flush=True)
+        once = _spark_step(target) if spark else None
+    print(f"\nwhole demo {time.perf_counter() - t_start:.1f} s")
+    return 0 if same == PARTITIONS and once is not False else 1

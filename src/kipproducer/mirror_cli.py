@@ -24,6 +24,16 @@ def cmd_mirror(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.engine == "spark":  # a one-time backfill as one Spark job (docs/spark.md)
+        from .spark.backfill import run_cli
+
+        try:
+            configs = (_properties(args.source_config, "--source-config"),
+                       _properties(args.target_config, "--target-config"))
+        except ValueError as exc:
+            print(f"kip mirror: {exc}", file=sys.stderr)
+            return 2
+        return run_cli(args, *configs)
     try:
         mirror = Mirror(
             args.source, args.target, args.topics, mode=args.mode, group=args.group,
@@ -92,6 +102,12 @@ def add_parser(sub: Any) -> None:
                         "(default 10000, and once at the end)")
     parser.add_argument("--transactional-id", help="transactional mode: the target producer's "
                         "transactional.id (default kip-mirror-GROUP)")
+    parser.add_argument("--engine", choices=("mirror", "spark"), default="mirror",
+                        help="spark: a one-time offset-preserving backfill of every matching "
+                        "topic as one Spark job (needs pyspark and a Java; preserve mode, "
+                        "resumes from the target's log ends; docs/spark.md)")
+    parser.add_argument("--spark-master", default="local[*]", help="--engine spark: the "
+                        "Spark master (default local[*])")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.add_argument("--verbose", action="store_true", help="log what the mirror does")
     parser.set_defaults(func=cmd_mirror)

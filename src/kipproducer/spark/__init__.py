@@ -25,8 +25,8 @@ from typing import Any
 from .options import OptionError, connection, kafka_properties, lower_keys
 from .source import schema as _read_schema
 
-__all__ = ["KipDataSource", "OptionError", "find_java", "prepare_environment", "register",
-           "session", "write_ordered"]
+__all__ = ["KipDataSource", "OptionError", "find_java", "prepare_environment",
+           "recover_write", "register", "session", "unavailable_reason", "write_ordered"]
 
 try:
     from pyspark.sql.datasource import DataSource
@@ -110,6 +110,21 @@ def find_java() -> str | None:
     return str(home_path) if _has_spark_modules(home_path) else None
 
 
+def unavailable_reason() -> str | None:
+    """Why Spark cannot run here, with how to fix it; None when pyspark and a Java are
+    installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return ('pyspark is not installed: pip install "kipproducer[spark]" (PySpark 4; a Java '
+                "17 or 21 runtime too)")
+    if find_java() is None:
+        return ("no Java for Spark: install a Java 17 or 21 runtime (Debian/Ubuntu: apt-get "
+                "install -y openjdk-17-jre-headless; macOS: brew install openjdk@17) or set "
+                "JAVA_HOME (docs/spark.md, Java)")
+    return None
+
+
 def prepare_environment() -> None:
     """What a SparkSession started from Python needs before it starts: Python workers that
     run this interpreter (they import kipproducer), and a Java."""
@@ -187,3 +202,34 @@ def write_ordered(df: Any, topic: str, options: Mapping[str, str], *,
      .option("kip.mode", "ordered").option("kip.ordered.baseOffsets", json.dumps(bases))
      .mode("append").save())
     return bases
+
+
+# ---- recover_write -------------------------------------------------------------------------------
+
+
+def recover_write(options: Mapping[str, str]) -> bool:
+    """End what a killed driver left of the named batch write ``kip.write.id`` (the same
+    options as the write: ``kafka.*``, ``kip.write.id``, ``kip.sink.stateTopic``), without
+    running the job again.
+
+    Returns True when the write is committed: a commit the driver had begun is finished (its
+    recorded transactions committed), so every row is visible once. False when the driver died
+    before its commit began: nothing of the write is visible and its open transactions are
+    aborted; run the write again. Either way no transaction of the write stays open. Call it
+    only while no job with this write id runs (its tasks' transactions would be aborted).
+    """
+    from .ledger import DEFAULT_STATE_TOPIC, Ledger
+    from .sink import DEFAULT_TRANSACTION_TIMEOUT_MS, write_prefix
+
+    opts = lower_keys(options)
+    props = kafka_properties(opts, writing=True)
+    write_id = opts.get("kip.write.id")
+    if not write_id:
+        raise OptionError("recover_write needs the option 'kip.write.id' of the write")
+    ledger = Ledger(props, opts.get("kip.sink.statetopic", DEFAULT_STATE_TOPIC), write_id,
+                    write_prefix(write_id),
+                    int(props.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)))
+    ledger.state.ensure_topic()
+    record = ledger.finish_recorded()
+    ledger.settle([], [])  # fences every transaction of the write still open
+    return record is not None and record["status"] == "done"

@@ -4,7 +4,8 @@ one of three write paths (docs/spark.md):
 - ``transactional`` (the default): two-phase commit. Each task attempt writes through its own
   transactional id and leaves its transaction open; the driver commits the transactions of
   the successful attempts and aborts the others (twophase.py). Exactly once for
-  read_committed readers.
+  read_committed readers. A named write (``kip.write.id``) commits through the sink's
+  ledger (ledger.py), so a re-run or ``recover_write`` finishes what a killed driver left.
 - ``ordered`` (``write_ordered``): KIP-27 expected offsets, no transaction. Each target
   partition's rows come to one task in a deterministic order; a retried attempt verifies the
   prefix an earlier attempt wrote and continues after it. Exactly once for every reader.
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from .ledger import DEFAULT_STATE_TOPIC, Ledger
 from .options import OptionError, connection, kafka_properties, lower_keys, parse_int
 from .twophase import OpenTransaction, settle
 
@@ -98,7 +100,25 @@ class WriteOptions:
         # Every write gets its own ids: attempts of this write never meet another's.
         self.prefix = opts.get("kip.transactional.id.prefix",
                                f"kip-spark-{uuid.uuid4().hex[:16]}")
+        # A named write (kip.write.id) commits through a ledger record, so a driver killed
+        # while committing is finished by a re-run or recover_write (docs/spark.md).
+        self.write_id = opts.get("kip.write.id") or None
+        self.state_topic = opts.get("kip.sink.statetopic", DEFAULT_STATE_TOPIC)
+        self.done_before = False  # set on the driver: this named write was committed before
+        if self.write_id is not None:
+            if self.mode != TRANSACTIONAL:
+                raise OptionError(f"option 'kip.write.id' is for kip.mode=transactional, not "
+                                  f"{self.mode} (those modes resume without it)")
+            if "kip.transactional.id.prefix" in opts:
+                raise OptionError("set 'kip.write.id' or 'kip.transactional.id.prefix', not "
+                                  "both (a named write's prefix is kip-spark-<write id>)")
+            self.prefix = write_prefix(self.write_id)
         self.flush_timeout_s = parse_int(opts, "kip.flush.timeout.ms", 300_000, 1) / 1000
+
+
+def write_prefix(write_id: str) -> str:
+    """The transactional id prefix of a named write (or a streaming sink)."""
+    return f"kip-spark-{write_id}"
 
 
 # ---- columns -------------------------------------------------------------------------------------
@@ -467,10 +487,31 @@ def _check_prefix(target: _Target, rows: _Rows, chosen: np.ndarray, first: int) 
 class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: Mapping[str, str], columns: list[str]) -> None:
         self.wo = WriteOptions(options, columns)
+        if self.wo.write_id is not None:
+            ledger = self._ledger()
+            ledger.state.ensure_topic()
+            # A commit a killed driver left half done is finished before anything is written;
+            # a write committed before writes nothing again.
+            record = ledger.finish_recorded()
+            if record is not None and record["status"] == "done":
+                log.warning("write %s was committed before: this run writes nothing",
+                            self.wo.write_id)
+                self.wo.done_before = True
+
+    def _ledger(self) -> Ledger:
+        assert self.wo.write_id is not None
+        return Ledger(self.wo.props, self.wo.state_topic, self.wo.write_id, self.wo.prefix,
+                      self.wo.timeout_ms)
 
     def write(self, iterator: Iterator[Any]) -> Message:
+        if self.wo.done_before:
+            for _ in iterator:  # read to the end: the upstream stage finishes normally
+                pass
+            return Message(0)
         if self.wo.mode == TRANSACTIONAL:
-            return write_transactional(self.wo, iterator)
+            # A named write's ids must not repeat in a re-run (a new application numbers its
+            # task attempts from 0 again), or the re-run would abort what the old one left.
+            return write_transactional(self.wo, iterator, unique=self.wo.write_id is not None)
         if self.wo.mode == OFFSETS:
             return write_offsets(self.wo, iterator)
         return write_ordered_rows(self.wo, iterator)
@@ -479,6 +520,9 @@ class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
         if self.wo.mode != TRANSACTIONAL:
             return  # written already; nothing is held back
         txns = [m.txn for m in messages if m is not None and m.txn is not None]
+        if self.wo.write_id is not None:
+            self._ledger().commit(0, txns)
+            return
         settle(self.wo.props, self.wo.prefix + "-", commit=txns, abort=(),
                timeout_ms=self.wo.timeout_ms)
 
@@ -486,5 +530,8 @@ class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
         if self.wo.mode != TRANSACTIONAL:
             return
         txns = [m.txn for m in messages if m is not None and m.txn is not None]
+        if self.wo.write_id is not None:
+            self._ledger().abort(txns)
+            return
         settle(self.wo.props, self.wo.prefix + "-", commit=(), abort=txns,
                timeout_ms=self.wo.timeout_ms)

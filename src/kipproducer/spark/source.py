@@ -31,8 +31,10 @@ from .options import (
 
 try:  # pyspark is an extra: kipproducer imports without it
     from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - the spark extra is not installed
     DataSourceReader = DataSourceStreamReader = InputPartition = object  # type: ignore
+    SupportsTriggerAvailableNow = object  # type: ignore
 
 EARLIEST, LATEST = -2, -1  # Spark's (and Kafka's ListOffsets') codes in offset JSON
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -101,6 +103,38 @@ class ReadPlan:
         self.poll_timeout_ms = parse_int(opts, "kafkaConsumer.pollTimeoutMs", 120_000, 1)
         if not streaming and self.ending.strip().lower() == "earliest":
             raise OptionError("option 'endingOffsets' cannot be 'earliest' (nothing to read)")
+        # Offsets by timestamp: the global form wins over the per-partition one, which wins
+        # over startingOffsets / endingOffsets (Spark's order).
+        self.starting_ts = self._timestamps("startingTimestamp", "startingOffsetsByTimestamp")
+        self.ending_ts = self._timestamps("endingTimestamp", "endingOffsetsByTimestamp")
+        if streaming and self.ending_ts is not None:
+            raise OptionError("options 'endingTimestamp' / 'endingOffsetsByTimestamp' are for "
+                              "batch queries only")
+        self.ts_strategy = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+        if self.ts_strategy not in ("error", "latest"):
+            raise OptionError("option 'startingOffsetsByTimestampStrategy' must be error or "
+                              f"latest, got {self.ts_strategy!r}")
+        self.max_offsets = (parse_int(opts, "maxOffsetsPerTrigger", 0, 1)
+                            if "maxoffsetspertrigger" in opts else None)
+        if self.max_offsets is not None and not streaming:
+            raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
+
+    def _timestamps(self, one: str, each: str) -> int | dict[tuple[str, int], int] | None:
+        """A timestamp (ms) for every partition, or one per partition, or None."""
+        if one.lower() in self.options:
+            return parse_int(self.options, one, 0)
+        if each.lower() not in self.options:
+            return None
+        given = parse_json(self.options, each)
+        if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
+            raise OptionError(f"option '{each}' must be JSON like "
+                              '{"topicA":{"0":1700000000000,"1":-1}}')
+        try:
+            return {(str(t), int(p)): int(ts) for t, parts in given.items()
+                    for p, ts in parts.items()}
+        except (TypeError, ValueError):
+            raise OptionError(f"option '{each}': partitions and timestamps must be integers") \
+                from None
 
     # ---- metadata -----------------------------------------------------------------------------
 
@@ -147,6 +181,67 @@ class ReadPlan:
                                    isolation_level=level, request_timeout=30)
         return {(tp.topic, tp.partition): future.result(60).offset
                 for tp, future in found.items()}
+
+    def offsets_for_times(self, tps: Sequence[tuple[str, int]],
+                          timestamps: Mapping[tuple[str, int], int]) -> dict[tuple[str, int],
+                                                                            int]:
+        """The first offset whose record's timestamp is at or after the given one, per
+        partition; -1 when no record is that recent (ListOffsets by timestamp)."""
+        if not tps:
+            return {}
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        level = (IsolationLevel.READ_COMMITTED if self.isolation == "read_committed"
+                 else IsolationLevel.READ_UNCOMMITTED)
+        admin = self._admin()
+        found = admin.list_offsets({TopicPartition(t, p): OffsetSpec.for_timestamp(
+            timestamps[(t, p)]) for t, p in tps}, isolation_level=level, request_timeout=30)
+        return {(tp.topic, tp.partition): future.result(60).offset
+                for tp, future in found.items()}
+
+    def _by_timestamp(self, given: int | Mapping[tuple[str, int], int], name: str,
+                      tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        stamps = ({tp: given for tp in tps} if isinstance(given, int) else dict(given))
+        missing = [f"{t}-{p}" for t, p in tps if (t, p) not in stamps]
+        if missing:
+            raise OptionError(f"option '{name}' gives no timestamp for {', '.join(missing)}")
+        # -2 / -1 in place of a timestamp: earliest / latest, as in the offset options
+        codes = {tp: stamps[tp] for tp in tps if stamps[tp] in (EARLIEST, LATEST)}
+        found = self.offsets_for_times([tp for tp in tps if tp not in codes], stamps)
+        for code in (EARLIEST, LATEST):
+            found.update(self.list_offsets([tp for tp, c in codes.items() if c == code], code))
+        return found
+
+    def starting_offsets(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Where reading starts: by timestamp when given, else startingOffsets."""
+        if self.starting_ts is None:
+            # a streaming query starts partitions its JSON leaves out at their end
+            missing = LATEST if self.streaming else (
+                None if self.starting.strip().startswith("{") else EARLIEST)
+            return self.resolve(self.starting, "startingOffsets", tps, missing=missing)
+        found = self._by_timestamp(self.starting_ts, "startingOffsetsByTimestamp", tps)
+        none = [tp for tp, o in found.items() if o < 0]
+        if none and self.ts_strategy == "error":
+            raise OptionError(
+                "no record at or after the starting timestamp in "
+                f"{', '.join(f'{t}-{p}' for t, p in none)} (set "
+                "startingOffsetsByTimestampStrategy=latest to start at the end there)")
+        latest = self.list_offsets(tps, LATEST)
+        # Never past the end a reader may read to (the last stable offset under
+        # read_committed); "latest" for partitions without a record that recent.
+        return {tp: latest[tp] if o < 0 else min(o, latest[tp]) for tp, o in found.items()}
+
+    def ending_offsets(self, tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Where a batch read ends: by timestamp when given (latest where no record is that
+        recent, as Spark's source), else endingOffsets."""
+        if self.ending_ts is None:
+            return self.resolve(self.ending, "endingOffsets", tps,
+                                missing=LATEST if self.ending.strip().startswith("{")
+                                else None)
+        found = self._by_timestamp(self.ending_ts, "endingOffsetsByTimestamp", tps)
+        latest = self.list_offsets(tps, LATEST)
+        return {tp: latest[tp] if o < 0 else min(o, latest[tp]) for tp, o in found.items()}
 
     def resolve(self, spec: str, name: str, tps: Sequence[tuple[str, int]],
                 missing: int | None = None) -> dict[tuple[str, int], int]:
@@ -209,6 +304,23 @@ def split(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
             hi = r.start + size * (i + 1) // parts
             out.append(OffsetRange(r.topic, r.partition, lo, hi))
     return out
+
+
+def cap(start: Mapping[tuple[str, int], int], end: Mapping[tuple[str, int], int],
+        limit: int) -> dict[tuple[str, int], int]:
+    """``end`` moved back so that at most ``limit`` offsets lie between ``start`` and it,
+    shared in proportion to each partition's backlog (maxOffsetsPerTrigger). Each partition
+    gets the floor of its share; the offsets left over go one each to the partitions with the
+    largest backlog left, so the total is exactly ``limit`` when there is that much."""
+    backlog = {tp: max(0, end[tp] - start.get(tp, end[tp])) for tp in end}
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(end)
+    share = {tp: n * limit // total for tp, n in backlog.items()}
+    left = limit - sum(share.values())
+    for tp in sorted(backlog, key=lambda tp: (share[tp] - backlog[tp], tp))[:left]:
+        share[tp] += 1
+    return {tp: start.get(tp, end[tp]) + share[tp] for tp in end}
 
 
 def offsets_json(offsets: Mapping[tuple[str, int], int]) -> dict[str, dict[str, int]]:
@@ -329,12 +441,8 @@ class KipBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def partitions(self) -> Sequence[OffsetRange]:
         tps = self.plan.partitions()
-        start = self.plan.resolve(self.plan.starting, "startingOffsets", tps,
-                                  missing=None if self.plan.starting.strip().startswith("{")
-                                  else EARLIEST)
-        end = self.plan.resolve(self.plan.ending, "endingOffsets", tps,
-                                missing=LATEST if self.plan.ending.strip().startswith("{")
-                                else None)
+        start = self.plan.starting_offsets(tps)
+        end = self.plan.ending_offsets(tps)
         ranges = self.plan.ranges(start, end)
         # Spark runs a read with no partition as one with a single empty partition.
         return ranges or [OffsetRange("", -1, 0, 0)]
@@ -345,27 +453,46 @@ class KipBatchReader(DataSourceReader):  # type: ignore[misc]
         return read_range(self.props, self.options, partition)
 
 
-class KipStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
     """Offsets as Spark's Kafka source checkpoints them: {"topic": {"partition": offset}}."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self.plan = ReadPlan(options, streaming=True)
         self.props = self.plan.props
         self.options = self.plan.options
+        self.target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to the ends as they are now, in as many micro-batches
+        as maxOffsetsPerTrigger makes; partitions that appear later wait for the next run."""
+        self.target = self.plan.list_offsets(self.plan.partitions(), LATEST)
 
     def initialOffset(self) -> dict:
-        tps = self.plan.partitions()
-        return offsets_json(self.plan.resolve(self.plan.starting, "startingOffsets", tps,
-                                              missing=LATEST))
+        return offsets_json(self.plan.starting_offsets(self.plan.partitions()))
+
+    def getDefaultReadLimit(self) -> Any:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        if self.plan.max_offsets is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.plan.max_offsets)
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        tps = self.plan.partitions()
-        latest = self.plan.list_offsets(tps, LATEST)
-        if start:
-            # A partition's end never goes back (a read_committed LSO only rises).
-            for tp, offset in from_json(start).items():
-                if tp in latest and latest[tp] < offset:
-                    latest[tp] = offset
+        if self.target is not None:
+            latest = dict(self.target)
+        else:
+            latest = self.plan.list_offsets(self.plan.partitions(), LATEST)
+        since = from_json(start) if start else {}
+        # A partition's end never goes back (a read_committed LSO only rises).
+        for tp, offset in since.items():
+            if tp in latest and latest[tp] < offset:
+                latest[tp] = offset
+        max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable: none
+        if max_rows is not None:
+            new = [tp for tp in latest if tp not in since]
+            if new:  # read from their first record (partitions()), so counted from there
+                since = {**since, **self.plan.list_offsets(new, EARLIEST)}
+            latest = cap(since, latest, max_rows)
         return offsets_json(latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[OffsetRange]:
