@@ -121,6 +121,7 @@ def test_demo_table_reports_a_difference():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("spark")  # with the Spark tests: one Spark at a time (tests/conftest.py)
 def test_demo_spark_step_writes_every_record_exactly_once():
     from kipproducer.spark import unavailable_reason
 
