@@ -71,12 +71,15 @@ def count_values(bootstrap: str, topic: str, partitions: int,
         while len(at_end) < partitions:
             assert time.monotonic() < deadline, f"{topic}: not read to the end"
             batch = c.consume(100_000, 0.2)
+            # In order: a batch may hold a partition's last records and then its end (which
+            # is reported once), or an end and then records that arrived after it.
             for m in batch:
                 if m.error():
                     assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
                     at_end.add(m.partition())
+                else:
+                    at_end.discard(m.partition())
             found.update(m.value() for m in batch if not m.error())
-            at_end.difference_update(m.partition() for m in batch if not m.error())
     finally:
         c.close()
     return found
