@@ -34,6 +34,7 @@ from .topics import MirrorError, TopicPair
 
 if TYPE_CHECKING:
     from .core import Mirror
+    from .fetcher import Fetched
 
 log = logging.getLogger("kipproducer.mirror")
 
@@ -77,6 +78,28 @@ class Writer:
     def write(self, pair: TopicPair, partition: int, messages: list) -> None:
         raise NotImplementedError
 
+    def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        raise NotImplementedError
+
+    def _forward_batches(self, pair: TopicPair, fetched: Fetched, *, with_offsets: bool,
+                         on_delivery: Any) -> tuple[int, int, int, int]:
+        """The fetched batches to the target producer, records as bytes (the fast path);
+        returns (records, bytes, last record's source offset, last timestamp)."""
+        forward = self.producer._forward_fetched
+        records = size = 0
+        last_offset = last_ts = -1
+        for b in fetched.batches:
+            queued, last = forward(pair.target, fetched.partition, b.records, b.count,
+                                   b.base_offset, b.base_timestamp, b.max_timestamp,
+                                   log_append_time=b.log_append_time, with_offsets=with_offsets,
+                                   min_offset=b.min_offset, on_delivery=on_delivery)
+            if queued:
+                records += queued
+                size += len(b.records)
+                last_offset = last
+                last_ts = b.max_timestamp
+        return records, size, last_offset, last_ts
+
     def maybe_commit(self) -> None:
         raise NotImplementedError
 
@@ -92,8 +115,8 @@ class Writer:
     def _high_watermarks(self, every_s: float = 1.0) -> None:
         """The source's high watermarks as the source consumer last saw them (for lag)."""
         now = time.monotonic()
-        if now - self._marks_read < every_s:
-            return
+        if now - self._marks_read < every_s or self.mirror.consumer is None:
+            return  # the fetch reader's answers carry them (Mirror._fetch_round)
         self._marks_read = now
         consumer = self.mirror.consumer
         for (topic, partition), pair in self.mirror.assigned.items():
@@ -116,6 +139,8 @@ class PreserveWriter(Writer):
         # [next offset after the chunk, records, bytes, last timestamp]
         self.pending: dict[tuple[str, int], deque] = {}
         self.acked: dict[tuple[str, int], int] = {}  # next offset the target holds
+        self.read_to: dict[tuple[str, int], int] = {}  # fetch reader: next source offset
+        self.reporters: dict[tuple[str, int], Any] = {}
         self.last_sync = time.monotonic()
 
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
@@ -166,22 +191,47 @@ class PreserveWriter(Writer):
         next_offset = int(offsets[-1]) + 1
         self.pending.setdefault(key, deque()).append(
             [next_offset, len(messages), size, int(timestamps[-1])])
+        self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
+                                     timestamps=timestamps, partition=partition,
+                                     offsets=offsets, on_delivery=self._reporter(pair, partition))
+
+    def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        key = (pair.source, fetched.partition)
+        records, size, last_offset, last_ts = self._forward_batches(
+            pair, fetched, with_offsets=True, on_delivery=self._reporter(pair, fetched.partition))
+        chunks = self.pending.setdefault(key, deque())
+        if records:
+            chunks.append([last_offset + 1, records, size, last_ts])
+        # Where the source's next record is (past markers, aborted records, compacted gaps):
+        # the partition's next offset once everything before it is acknowledged.
+        self.read_to[key] = fetched.next_offset
+        if not chunks:
+            m = self.metrics.partition(pair.source, pair.target, fetched.partition)
+            m.next_offset = max(m.next_offset, fetched.next_offset)
+
+    def _reporter(self, pair: TopicPair, partition: int) -> Any:
+        """The delivery callback of a target partition (one per partition, kept)."""
+        key = (pair.source, partition)
+        found = self.reporters.get(key)
+        if found is not None:
+            return found
         m = self.metrics.partition(pair.source, pair.target, partition)
 
-        def delivered(err: KafkaError | None, report: Any, _key=key, _m=m) -> None:
+        def delivered(err: KafkaError | None, report: Any) -> None:
             if err is not None:
                 self._failed(pair, partition, err)
                 return
             end = report.offset() + report.count
-            chunks = self.pending[_key]
+            chunks = self.pending[key]
             while chunks and chunks[0][0] <= end:
                 nxt, records, nbytes, ts = chunks.popleft()
-                self.metrics.copied(_m, records, nbytes, ts, nxt)
-            self.acked[_key] = max(self.acked.get(_key, 0), end)
+                self.metrics.copied(m, records, nbytes, ts, nxt)
+            if not chunks and key in self.read_to:
+                m.next_offset = max(m.next_offset, self.read_to[key])
+            self.acked[key] = max(self.acked.get(key, 0), end)
 
-        self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
-                                     timestamps=timestamps, partition=partition,
-                                     offsets=offsets, on_delivery=delivered)
+        self.reporters[key] = delivered
+        return delivered
 
     def _failed(self, pair: TopicPair, partition: int, err: KafkaError) -> None:
         where = f"{pair.target}[{partition}]"
@@ -367,6 +417,23 @@ class TransactionalWriter(Writer):
         self.records += len(messages)
         self.chunks.setdefault(key, []).append((len(messages), size, int(timestamps[-1])))
 
+    def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        key = (pair.source, fetched.partition)
+        if not fetched.batches and fetched.next_offset == self.next.get(
+                key, self.committed.get(key)):
+            return  # nothing new (an answer at the end): no transaction for it
+        if not self.in_transaction:
+            self.producer.begin_transaction()
+            self.in_transaction = True
+            self.began = time.monotonic()
+        records, size, _, last_ts = self._forward_batches(
+            pair, fetched, with_offsets=False, on_delivery=self._delivered)
+        # The consumer position: past markers and aborted records too.
+        self.next[key] = fetched.next_offset
+        if records:
+            self.records += records
+            self.chunks.setdefault(key, []).append((records, size, last_ts))
+
     def _delivered(self, err: KafkaError | None, report: Any) -> None:
         if err is not None:
             self.failed.append(err)
@@ -416,8 +483,7 @@ class TransactionalWriter(Writer):
                                   f"{exc.args[0].str()}") from None
             raise
         for key in self.next:
-            self.mirror.consumer.seek(TopicPartition(key[0], key[1], self.committed[key]))
-            self.mirror.at_end.discard(key)
+            self.mirror.seek(key, self.committed[key])
         self._reset()
 
     def _reset(self) -> None:
