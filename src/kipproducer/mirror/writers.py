@@ -418,19 +418,19 @@ class TransactionalWriter(Writer):
         self.chunks.setdefault(key, []).append((len(messages), size, int(timestamps[-1])))
 
     def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        if not fetched.batches:
+            return  # nothing to copy (markers, aborted records, the end): no transaction
         key = (pair.source, fetched.partition)
-        if not fetched.batches and fetched.next_offset == self.next.get(
-                key, self.committed.get(key)):
-            return  # nothing new (an answer at the end): no transaction for it
         if not self.in_transaction:
             self.producer.begin_transaction()
             self.in_transaction = True
             self.began = time.monotonic()
-        records, size, _, last_ts = self._forward_batches(
+        records, size, last_offset, last_ts = self._forward_batches(
             pair, fetched, with_offsets=False, on_delivery=self._delivered)
-        # The consumer position: past markers and aborted records too.
-        self.next[key] = fetched.next_offset
         if records:
+            # The offset after the last record copied, as with the consumer reader (markers
+            # and aborted records after it are read again after a restart, and skipped).
+            self.next[key] = last_offset + 1
             self.records += records
             self.chunks.setdefault(key, []).append((records, size, last_ts))
 
@@ -451,8 +451,9 @@ class TransactionalWriter(Writer):
         try:
             if self.failed:
                 raise KafkaException(self.failed[0])
-            self.producer.send_offsets_to_transaction(offsets, GroupMetadata(self.group),
-                                                      self.mirror.timeout)
+            if offsets:  # none when the batches read held no record past the position
+                self.producer.send_offsets_to_transaction(offsets, GroupMetadata(self.group),
+                                                          self.mirror.timeout)
             self.producer.commit_transaction(self.mirror.timeout)
         except KafkaException as exc:
             self._abort(exc.args[0])
