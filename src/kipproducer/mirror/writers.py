@@ -197,17 +197,32 @@ class PreserveWriter(Writer):
 
     def forward(self, pair: TopicPair, fetched: Fetched) -> None:
         key = (pair.source, fetched.partition)
+        m = self.metrics.partition(pair.source, pair.target, fetched.partition)
+        chunks = self.pending.setdefault(key, deque())
+        # Reports may come while the batches are appended (a full queue is served): the
+        # chunk is in place first, its end unknown (None) until the append is done.
+        chunk: list = [None, 0, 0, -1]
+        chunks.append(chunk)
         records, size, last_offset, last_ts = self._forward_batches(
             pair, fetched, with_offsets=True, on_delivery=self._reporter(pair, fetched.partition))
-        chunks = self.pending.setdefault(key, deque())
         if records:
-            chunks.append([last_offset + 1, records, size, last_ts])
+            chunk[:] = [last_offset + 1, records, size, last_ts]
+        else:
+            chunks.pop()
         # Where the source's next record is (past markers, aborted records, compacted gaps):
         # the partition's next offset once everything before it is acknowledged.
         self.read_to[key] = fetched.next_offset
-        if not chunks:
-            m = self.metrics.partition(pair.source, pair.target, fetched.partition)
-            m.next_offset = max(m.next_offset, fetched.next_offset)
+        self._settle(key, m)
+
+    def _settle(self, key: tuple[str, int], m: Any) -> None:
+        """Chunks the target acknowledged, counted in the metrics."""
+        chunks = self.pending[key]
+        end = self.acked.get(key, 0)
+        while chunks and chunks[0][0] is not None and chunks[0][0] <= end:
+            nxt, records, nbytes, ts = chunks.popleft()
+            self.metrics.copied(m, records, nbytes, ts, nxt)
+        if not chunks and key in self.read_to:
+            m.next_offset = max(m.next_offset, self.read_to[key])
 
     def _reporter(self, pair: TopicPair, partition: int) -> Any:
         """The delivery callback of a target partition (one per partition, kept)."""
@@ -221,14 +236,8 @@ class PreserveWriter(Writer):
             if err is not None:
                 self._failed(pair, partition, err)
                 return
-            end = report.offset() + report.count
-            chunks = self.pending[key]
-            while chunks and chunks[0][0] <= end:
-                nxt, records, nbytes, ts = chunks.popleft()
-                self.metrics.copied(m, records, nbytes, ts, nxt)
-            if not chunks and key in self.read_to:
-                m.next_offset = max(m.next_offset, self.read_to[key])
-            self.acked[key] = max(self.acked.get(key, 0), end)
+            self.acked[key] = max(self.acked.get(key, 0), report.offset() + report.count)
+            self._settle(key, m)
 
         self.reporters[key] = delivered
         return delivered
