@@ -26,8 +26,9 @@ from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
 
 from batch_layout cimport (
     BASE_SEQUENCE_POS, BATCH_HEADER_SIZE, CRC_POS, PRODUCER_EPOCH_POS, PRODUCER_ID_POS,
-    ATTRIBUTES_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG, increment_sequence, put_i16, put_i32,
-    put_i64, put_u32,
+    ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_TIMESTAMP_POS, BATCH_LENGTH_POS, LOG_OVERHEAD,
+    MAX_TIMESTAMP_POS, RECORDS_COUNT_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG, get_i32,
+    get_i64, increment_sequence, put_i16, put_i32, put_i64, put_u32,
 )
 from batch_writer cimport BatchFields, write_batch_header, write_batch_header_known_records_crc
 from crc32c_c cimport kip_crc32c
@@ -1010,6 +1011,51 @@ cdef class RecordAccumulator:
         if len(st.ready) > before:
             (<ProducerBatch>st.ready[len(st.ready) - 1]).extra_attributes = TIMESTAMP_TYPE_MASK
 
+    cdef int _append_section(self, PartitionState st, const unsigned char *p,
+                             const unsigned char *end, int32_t count, int64_t base_offset,
+                             int64_t base_timestamp, int64_t max_timestamp,
+                             bint log_append_time, int mode, int64_t min_offset,
+                             Py_ssize_t *index, Py_ssize_t *pos, Py_ssize_t *queued,
+                             int64_t *last_queued, object opaque) except -1:
+        """The records of one batch's records section [p + pos, end), from record ``index``
+        on; moves index and pos on. Returns 1 when the section is done, 0 when full."""
+        cdef const unsigned char *q
+        cdef const unsigned char *record_end
+        cdef const unsigned char *at = p + pos[0]
+        cdef int32_t length, offset_delta
+        cdef int64_t ts_delta, offset, ts
+        cdef Py_ssize_t i = index[0]
+        cdef int done = 1
+        if log_append_time and st.count:
+            self._close(st)
+        while i < count:
+            q = read_varint32(at, end, &length)
+            if q == NULL or length < 3 or length > end - q:
+                raise ValueError(f"{st.topic}[{st.partition}]: record {i} of the batch at "
+                                 f"offset {base_offset} is malformed or truncated")
+            record_end = q + length
+            q = read_varint64(q + 1, record_end, &ts_delta)  # after the attributes byte
+            if q != NULL:
+                q = read_varint32(q, record_end, &offset_delta)
+            if q == NULL:
+                raise ValueError(f"{st.topic}[{st.partition}]: record {i} of the batch at "
+                                 f"offset {base_offset} is malformed")
+            offset = base_offset + offset_delta
+            if offset >= min_offset:
+                ts = max_timestamp if log_append_time else base_timestamp + ts_delta
+                if not self._append_raw(st, q, record_end - q, ts, mode, offset, opaque):
+                    done = 0
+                    break
+                queued[0] += 1
+                last_queued[0] = offset
+            at = record_end
+            i += 1
+        if log_append_time:
+            self._close_log_append_time(st)
+        index[0] = i
+        pos[0] = at - p
+        return done
+
     def append_fetched(self, str topic not None, int32_t partition, records, int32_t count,
                        int64_t base_offset, int64_t base_timestamp, int64_t max_timestamp,
                        bint log_append_time=False, bint with_offsets=False,
@@ -1031,48 +1077,66 @@ cdef class RecordAccumulator:
         """
         cdef PartitionState st = self._state(topic, partition)
         cdef Py_buffer view
-        cdef const unsigned char *data
-        cdef const unsigned char *end
-        cdef const unsigned char *p
-        cdef const unsigned char *q
-        cdef const unsigned char *record_end
-        cdef int32_t length, offset_delta
-        cdef int64_t ts_delta, offset, ts, last_queued = -1
-        cdef Py_ssize_t i = start_record, queued = 0
-        cdef int mode = MODE_USE_OFFSETS if with_offsets else MODE_ASSIGN
+        cdef Py_ssize_t index = start_record, pos = start_pos, queued = 0
+        cdef int64_t last_queued = -1
         PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
         try:
-            data = <const unsigned char *>view.buf
-            end = data + view.len
-            p = data + start_pos
-            if log_append_time and st.count:
-                self._close(st)
-            while i < count:
-                q = read_varint32(p, end, &length)
-                if q == NULL or length < 3 or length > end - q:
-                    raise ValueError(f"{topic}[{partition}]: record {i} of the batch at "
-                                     f"offset {base_offset} is malformed or truncated")
-                record_end = q + length
-                q = read_varint64(q + 1, record_end, &ts_delta)  # after the attributes byte
-                if q != NULL:
-                    q = read_varint32(q, record_end, &offset_delta)
-                if q == NULL:
-                    raise ValueError(f"{topic}[{partition}]: record {i} of the batch at "
-                                     f"offset {base_offset} is malformed")
-                offset = base_offset + offset_delta
-                if offset >= min_offset:
-                    ts = max_timestamp if log_append_time else base_timestamp + ts_delta
-                    if not self._append_raw(st, q, record_end - q, ts, mode, offset, opaque):
-                        break
-                    queued += 1
-                    last_queued = offset
-                p = record_end
-                i += 1
-            if log_append_time:
-                self._close_log_append_time(st)
+            if not 0 <= pos <= view.len:
+                raise ValueError("start_pos is outside the records")
+            self._append_section(
+                st, <const unsigned char *>view.buf, <const unsigned char *>view.buf + view.len,
+                count, base_offset, base_timestamp, max_timestamp, log_append_time,
+                MODE_USE_OFFSETS if with_offsets else MODE_ASSIGN, min_offset, &index, &pos,
+                &queued, &last_queued, opaque)
         finally:
             PyBuffer_Release(&view)
-        return i, p - data, queued, last_queued
+        return index, pos, queued, last_queued
+
+    def append_fetched_batches(self, str topic not None, int32_t partition, span,
+                               bint with_offsets=False, int64_t min_offset=-1,
+                               Py_ssize_t batch_pos=0, Py_ssize_t start_record=0,
+                               Py_ssize_t start_pos=0, opaque=None):
+        """append_fetched for a run of whole fetched batches back to back (``span``: headers
+        and records), each v2, uncompressed and CreateTime, as a Fetch answer holds them: one
+        call for many small batches (a compacted or KIP-391 source has a batch per run of
+        offsets). The caller checked the headers (kipproducer.mirror.batches).
+
+        Returns (done, batch position, record index, record position, records queued, last
+        queued offset); not done when the buffer bounds were reached: call again with
+        batch_pos, start_record and start_pos to go on.
+        """
+        cdef PartitionState st = self._state(topic, partition)
+        cdef Py_buffer view
+        cdef const unsigned char *data
+        cdef const unsigned char *batch
+        cdef Py_ssize_t size, batch_end, index = start_record, pos = start_pos, queued = 0
+        cdef int64_t last_queued = -1
+        cdef int mode = MODE_USE_OFFSETS if with_offsets else MODE_ASSIGN
+        cdef int done = 1
+        PyObject_GetBuffer(span, &view, PyBUF_SIMPLE)
+        try:
+            data = <const unsigned char *>view.buf
+            size = view.len
+            while batch_pos < size:
+                batch = data + batch_pos
+                if size - batch_pos < BATCH_HEADER_SIZE:
+                    raise ValueError(f"{topic}[{partition}]: a batch header is cut short")
+                batch_end = batch_pos + LOG_OVERHEAD + get_i32(batch + BATCH_LENGTH_POS)
+                if batch_end > size or batch_end < batch_pos + BATCH_HEADER_SIZE:
+                    raise ValueError(f"{topic}[{partition}]: a batch is cut short")
+                if not self._append_section(
+                        st, batch + BATCH_HEADER_SIZE, data + batch_end,
+                        get_i32(batch + RECORDS_COUNT_POS), get_i64(batch + BASE_OFFSET_POS),
+                        get_i64(batch + BASE_TIMESTAMP_POS), get_i64(batch + MAX_TIMESTAMP_POS),
+                        False, mode, min_offset, &index, &pos, &queued, &last_queued, opaque):
+                    done = 0
+                    break
+                batch_pos = batch_end
+                index = 0
+                pos = 0
+        finally:
+            PyBuffer_Release(&view)
+        return bool(done), batch_pos, index, pos, queued, last_queued
 
     # ---- draining ------------------------------------------------------------------------
 

@@ -124,6 +124,21 @@ class RecordAccumulator:
         """The records of one fetched RecordBatch v2 (its uncompressed records section),
         copied without decoding (kip mirror); returns (records done, byte position, records
         queued, last queued source offset or -1)."""
+    def append_fetched_batches(
+        self,
+        topic: str,
+        partition: int,
+        span: bytes | bytearray | memoryview,
+        with_offsets: bool = False,
+        min_offset: int = -1,
+        batch_pos: int = 0,
+        start_record: int = 0,
+        start_pos: int = 0,
+        opaque: Any = None,
+    ) -> tuple[bool, int, int, int, int, int]:
+        """append_fetched for whole uncompressed CreateTime batches back to back; returns
+        (done, batch position, record index, record position, records queued, last queued
+        source offset or -1)."""
     def drain(
         self,
         now_ms: int | None = None,

@@ -89,8 +89,10 @@ class Writer:
         records = size = 0
         last_offset = last_ts = -1
         for b in fetched.batches:
-            queued, last = forward(pair.target, fetched.partition, b.records, b.count,
-                                   b.base_offset, b.base_timestamp, b.max_timestamp,
+            queued, last = forward(pair.target, fetched.partition, b.records, framed=b.framed,
+                                   count=b.count, base_offset=b.base_offset,
+                                   base_timestamp=b.base_timestamp,
+                                   max_timestamp=b.max_timestamp,
                                    log_append_time=b.log_append_time, with_offsets=with_offsets,
                                    min_offset=b.min_offset, on_delivery=on_delivery)
             if queued:
