@@ -94,9 +94,9 @@ class FetchReader:
                           if b.strip()]
         self.read_committed = isolation == "read_committed"
         self.timeout = timeout
-        self.max_bytes = int(max_bytes or config.get("fetch.max.bytes", 64 << 20))
+        self.max_bytes = int(max_bytes or config.get("fetch.max.bytes", 32 << 20))
         self.partition_max_bytes = int(partition_max_bytes
-                                       or config.get("max.partition.fetch.bytes", 8 << 20))
+                                       or config.get("max.partition.fetch.bytes", 2 << 20))
         self.answers: queue.Queue[Fetched] = queue.Queue(QUEUE_ANSWERS)
         self.high_watermarks: dict[tuple[str, int], int] = {}
         self.fetches = 0  # Fetch requests answered (a test checks this reader ran)

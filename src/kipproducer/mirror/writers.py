@@ -335,8 +335,11 @@ class PreserveWriter(Writer):
                 if pair is None or tp.offset < 0 or tp.error is not None:
                     continue
                 held = self.acked.get((tp.topic, tp.partition), 0)
+                # (confluent's TopicPartition takes no metadata=None: a group that committed
+                # none gets none)
+                extra = {} if tp.metadata is None else {"metadata": tp.metadata}
                 offsets.append(TopicPartition(pair.target, tp.partition,
-                                              min(tp.offset, held), metadata=tp.metadata))
+                                              min(tp.offset, held), **extra))
             if not offsets:
                 continue
             try:
