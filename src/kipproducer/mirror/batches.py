@@ -11,9 +11,11 @@ the batch is compressed) and go to the target producer as they are (fetcher.py, 
 - a batch cut short at the end of the answer (the broker fills up to max bytes) is left for
   the next fetch, which starts at its base offset.
 
-Consecutive uncompressed CreateTime batches go on as one span of the answer (no copy), so a
-source with a batch per few records (compacted, or written with KIP-391 offsets) costs one
-call per answer, not one per batch.
+Consecutive uncompressed CreateTime batches go on as one span of the answer (no copy), found
+by ``plain_run`` in C, so a source with a batch per few records (compacted, or written with
+KIP-391 offsets) costs a call per answer, not per batch; the other batches (compressed,
+LogAppendTime, control, transactional under read_committed when the answer lists aborted
+transactions) are looked at here, one by one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from .._records import plain_run
 from ..compression import decompress
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -104,9 +107,18 @@ def walk(blob: Any, fetch_offset: int, aborted_transactions: Any = (),
     pos = 0
     next_offset = fetch_offset
     complete = dropped = 0
-    span_start = span_end = -1  # the last framed span's place in the answer
     unpack = _HEADER.unpack_from
     while size - pos >= HEADER_SIZE:
+        # The common case in C: a run of batches forwarded as they are, headers read there.
+        end, batches, records, run_next, max_ts = plain_run(
+            view, pos, read_committed and bool(aborted or aborting))
+        if batches:
+            out.append(SourceBatch(view[pos:end], True, records, -1, -1, max_ts, False,
+                                   fetch_offset, run_next))
+            next_offset = max(next_offset, run_next)
+            complete += batches
+            pos = end
+            continue
         (base_offset, length, _, magic, _, attributes, last_delta, base_ts, max_ts,
          producer_id, _, _, count) = unpack(view, pos)
         end = pos + LOG_OVERHEAD + length
@@ -120,7 +132,7 @@ def walk(blob: Any, fetch_offset: int, aborted_transactions: Any = (),
             raise SourceBatchError(f"the batch at offset {base_offset} has a malformed header")
         complete += 1
         last_offset = base_offset + last_delta
-        batch_start, pos_records = pos, pos + HEADER_SIZE
+        pos_records = pos + HEADER_SIZE
         pos = end
         if last_offset < fetch_offset:
             continue  # wholly before the fetch offset (a broker may answer from a segment start)
@@ -136,20 +148,7 @@ def walk(blob: Any, fetch_offset: int, aborted_transactions: Any = (),
             continue
         if count == 0:
             continue
-        if not attributes & (CODEC_MASK | LOG_APPEND_TIME):
-            if out and out[-1].framed and span_end == batch_start:
-                span = out[-1]  # this batch follows the span in the answer: one span
-                span.records = view[span_start:end]
-                span.count += count
-                span.max_timestamp = max_ts
-                span.next_offset = next_offset
-            else:
-                span_start = batch_start
-                out.append(SourceBatch(view[batch_start:end], True, count, base_offset,
-                                       base_ts, max_ts, False, fetch_offset, next_offset))
-            span_end = end
-            continue
-        records: Any = view[pos_records:end]
+        records = view[pos_records:end]
         codec = attributes & CODEC_MASK
         if codec:
             records = decompress(codec, records)

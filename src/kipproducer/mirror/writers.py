@@ -143,6 +143,7 @@ class PreserveWriter(Writer):
         self.acked: dict[tuple[str, int], int] = {}  # next offset the target holds
         self.read_to: dict[tuple[str, int], int] = {}  # fetch reader: next source offset
         self.reporters: dict[tuple[str, int], Any] = {}
+        self.metered: dict[tuple[str, int], Any] = {}  # partitions with a reporter: metrics
         self.last_sync = time.monotonic()
 
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
@@ -227,22 +228,31 @@ class PreserveWriter(Writer):
             m.next_offset = max(m.next_offset, self.read_to[key])
 
     def _reporter(self, pair: TopicPair, partition: int) -> Any:
-        """The delivery callback of a target partition (one per partition, kept)."""
+        """The delivery callback of a target partition (one per partition, kept). It only
+        notes how far the target holds the partition (a report per run of offsets: many per
+        round on a compacted source); _settle_all() counts the chunks once per round."""
         key = (pair.source, partition)
         found = self.reporters.get(key)
         if found is not None:
             return found
-        m = self.metrics.partition(pair.source, pair.target, partition)
+        acked = self.acked
+        self.metered[key] = self.metrics.partition(pair.source, pair.target, partition)
 
         def delivered(err: KafkaError | None, report: Any) -> None:
             if err is not None:
                 self._failed(pair, partition, err)
                 return
-            self.acked[key] = max(self.acked.get(key, 0), report.offset() + report.count)
-            self._settle(key, m)
+            end = report.offset() + report.count
+            if end > acked.get(key, 0):
+                acked[key] = end
 
         self.reporters[key] = delivered
         return delivered
+
+    def _settle_all(self) -> None:
+        for key, m in self.metered.items():
+            if self.pending.get(key):
+                self._settle(key, m)
 
     def _failed(self, pair: TopicPair, partition: int, err: KafkaError) -> None:
         where = f"{pair.target}[{partition}]"
@@ -260,12 +270,14 @@ class PreserveWriter(Writer):
         self.producer.poll(0)
         if self.errors:
             raise MirrorError(self.errors[0])
+        self._settle_all()
         self._high_watermarks()
         if time.monotonic() - self.last_sync >= self.mirror.group_sync_interval_s:
             self.sync_log_starts()
             self.sync_group_offsets()
 
     def idle(self) -> bool:
+        self._settle_all()
         return not any(self.pending.values())
 
     def finish(self) -> None:
@@ -275,6 +287,7 @@ class PreserveWriter(Writer):
         if left:
             raise MirrorError(f"{left} records not acknowledged by the target within "
                               f"{self.mirror.timeout:.0f} s; run again to resume")
+        self._settle_all()
         self._high_watermarks(0)
         self.sync_log_starts()
         self.sync_group_offsets()
