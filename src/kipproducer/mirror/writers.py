@@ -136,6 +136,7 @@ class PreserveWriter(Writer):
         super().__init__(mirror)
         self.producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 5,
                                   **mirror.target_config})
+        self._engine_ready()
         self.errors: list[str] = []
         # (source topic, partition) -> chunks written and not acknowledged yet:
         # [next offset after the chunk, records, bytes, last timestamp]
@@ -145,6 +146,16 @@ class PreserveWriter(Writer):
         self.reporters: dict[tuple[str, int], Any] = {}
         self.metered: dict[tuple[str, int], Any] = {}  # partitions with a reporter: metrics
         self.last_sync = time.monotonic()
+
+    def _engine_ready(self) -> None:
+        """Wait for the engine's first answer from the target (its producer id): that answer
+        says whether runs of offsets may be packed into one batch (KIP-WIRE §9), and the
+        first fetched answer appended before it would go out as a batch per run."""
+        engine = self.producer._engine_or_start()
+        deadline = time.monotonic() + self.mirror.timeout
+        while engine.acc.producer_id < 0 and time.monotonic() < deadline:
+            engine.check()
+            time.sleep(0.005)
 
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
         """The target's log end: every offset below it is there (KIP-391 writes in order)."""
