@@ -28,6 +28,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -166,10 +167,27 @@ class FetchReader:
         self._conns: dict[int, BrokerConnection] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
+        failing_since = None
         try:
-            await self._refresh_metadata()
             while not self._stopping:
-                await self._round()
+                try:
+                    if not self._brokers:
+                        await self._refresh_metadata()
+                    await self._round()
+                    failing_since = None
+                except (BrokerConnectionError, OSError, TimeoutError) as exc:
+                    # A source broker restarting, a leader moving: tried again, for up to the
+                    # mirror's timeout (librdkafka's consumer would retry for ever; a mirror
+                    # that stops says why).
+                    now = time.monotonic()
+                    failing_since = failing_since or now
+                    if now - failing_since > self.timeout:
+                        raise MirrorError(f"the source did not answer for "
+                                          f"{self.timeout:.0f} s: {exc}") from None
+                    log.warning("source: %s; trying again", exc)
+                    self._brokers.clear()
+                    self._leaders.clear()
+                    await asyncio.sleep(RETRY_BACKOFF_S * 5)
         finally:
             for conn in self._conns.values():
                 await conn.close()
@@ -195,7 +213,7 @@ class FetchReader:
                 return await self._connection(node)
             except BrokerConnectionError as exc:
                 last = exc
-        raise MirrorError(f"no source broker answered: {last}")
+        raise BrokerConnectionError(f"no source broker answered: {last}")
 
     async def _refresh_metadata(self) -> None:
         with self._lock:
