@@ -6,6 +6,7 @@ moves while the mirror copies. And the librdkafka consumer it falls back to."""
 
 from __future__ import annotations
 
+import json
 import struct
 import threading
 
@@ -277,3 +278,25 @@ def test_sources_the_fetch_reader_cannot_speak_fall_back():
                progress=False)
     plain = Mirror("127.0.0.1:1", "127.0.0.1:1", "x", progress=False)
     assert plain.reader_kind == "fetch"
+
+
+def test_cli_reader_choice(source, target, tmp_path, capsys):
+    from kipproducer.cli import main as cli_main
+
+    topic = create(source, unique("cli"), PARTITIONS)
+    fill(source, topic, 120)
+    for reader in ("consumer", "fetch"):
+        metrics = tmp_path / f"{reader}.json"
+        code = cli_main(["mirror", "--source", source.bootstrap_servers, "--target",
+                         target.bootstrap_servers, "--topics", topic, "--rename",
+                         f"{reader}.{{topic}}", "--reader", reader, "--once", "--quiet",
+                         "--metrics-json", str(metrics)])
+        assert code == 0, capsys.readouterr().err
+        written = json.loads(metrics.read_text())
+        assert written["reader"] == reader and written["records"] == 120
+        assert read(target.bootstrap_servers, f"{reader}.{topic}", PARTITIONS,
+                    "read_uncommitted") == read(source.bootstrap_servers, topic, PARTITIONS)
+    assert cli_main(["mirror", "--source", "127.0.0.1:1", "--target", "127.0.0.1:1",
+                     "--topics", "x", "--reader", "fetch", "--source-config",
+                     "security.protocol=SSL"]) == 2
+    assert "TLS" in capsys.readouterr().err
