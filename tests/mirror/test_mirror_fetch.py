@@ -300,3 +300,27 @@ def test_cli_reader_choice(source, target, tmp_path, capsys):
                      "--topics", "x", "--reader", "fetch", "--source-config",
                      "security.protocol=SSL"]) == 2
     assert "TLS" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version", [4, 7, 12])
+def test_every_fetch_version_the_reader_speaks(source, target, monkeypatch, version):
+    """Fetch v4 (isolation levels), v7 (sessions) and v12 (flexible): brokers older than ours
+    answer the lower ones; each reads the same records (v4 has no log start in its answers:
+    the reader asks ListOffsets when the log start moves)."""
+    import kipproducer.mirror.fetcher as fetcher
+
+    monkeypatch.setattr(fetcher, "FETCH_VERSIONS", (version, version))
+    topic = create(source, unique(f"v{version}"), PARTITIONS)
+    fill(source, topic, 300)
+    transactions(source, topic, 6)
+    stable(source.bootstrap_servers, topic, PARTITIONS)
+    assign = FetchReader.assign
+
+    def trim_then_assign(reader, positions):
+        trim(source, topic, PARTITIONS, 40)  # below where the reader starts: out of range
+        assign(reader, positions)
+
+    monkeypatch.setattr(FetchReader, "assign", trim_then_assign)
+    mirror(source, target, topic)
+    assert read(target.bootstrap_servers, topic, PARTITIONS, "read_uncommitted") == \
+        read(source.bootstrap_servers, topic, PARTITIONS)

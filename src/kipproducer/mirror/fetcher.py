@@ -95,9 +95,14 @@ class FetchReader:
                           if b.strip()]
         self.read_committed = isolation == "read_committed"
         self.timeout = timeout
-        self.max_bytes = int(max_bytes or config.get("fetch.max.bytes", 32 << 20))
-        self.partition_max_bytes = int(partition_max_bytes
-                                       or config.get("max.partition.fetch.bytes", 2 << 20))
+        try:
+            self.max_bytes = int(max_bytes or config.get("fetch.max.bytes", 32 << 20))
+            self.partition_max_bytes = int(partition_max_bytes
+                                           or config.get("max.partition.fetch.bytes", 2 << 20))
+        except ValueError as exc:
+            raise MirrorError(f"fetch.max.bytes / max.partition.fetch.bytes: {exc}") from None
+        if self.max_bytes < 1 or self.partition_max_bytes < 1:
+            raise MirrorError("fetch.max.bytes and max.partition.fetch.bytes must be positive")
         self.answers: queue.Queue[Fetched] = queue.Queue(QUEUE_ANSWERS)
         self.high_watermarks: dict[tuple[str, int], int] = {}
         self.fetches = 0  # Fetch requests answered (a test checks this reader ran)
@@ -254,11 +259,11 @@ class FetchReader:
             return_exceptions=True)
         refresh = False
         for result in results:
-            if isinstance(result, MirrorError):
-                raise result
-            if isinstance(result, BaseException):
+            if isinstance(result, (BrokerConnectionError, OSError, TimeoutError)):
                 log.warning("source fetch failed: %s", result)
                 refresh = True
+            elif isinstance(result, BaseException):
+                raise result  # MirrorError, or a bug: the mirror stops and says so
             elif result:
                 refresh = True
         if refresh:
@@ -272,21 +277,31 @@ class FetchReader:
         version = conn.version_for(FETCH, *reversed(FETCH_VERSIONS))
         topics: dict[str, list] = {}
         for (topic, p), (offset, _) in parts.items():
-            topics.setdefault(topic, []).append({
-                "partition": p, "fetch_offset": offset, "log_start_offset": -1,
-                "current_leader_epoch": -1,
-                "partition_max_bytes": self._wider.get((topic, p), self.partition_max_bytes)})
+            asked = {"partition": p, "fetch_offset": offset,
+                     "partition_max_bytes": self._wider.get((topic, p),
+                                                            self.partition_max_bytes)}
+            if version >= 5:
+                asked["log_start_offset"] = -1
+            if version >= 9:
+                asked["current_leader_epoch"] = -1
+            topics.setdefault(topic, []).append(asked)
+        # The fields each version has (v4: isolation; v7: fetch sessions, not used: id 0
+        # and epoch -1 ask for a full answer each time; v11: the rack)
+        extra: dict[str, Any] = {}
+        if version >= 7:
+            extra.update(session_id=0, session_epoch=-1, forgotten_topics_data=[])
+        if version >= 11:
+            extra["rack_id"] = ""
         request = build_request(
             FETCH, version, replica_id=-1, max_wait=MAX_WAIT_MS, min_bytes=1,
             max_bytes=self.max_bytes, isolation_level=1 if self.read_committed else 0,
-            session_id=0, session_epoch=-1,
-            topics=[{"topic": t, "partitions": ps} for t, ps in topics.items()],
-            forgotten_topics_data=[], rack_id="")
+            topics=[{"topic": t, "partitions": ps} for t, ps in topics.items()], **extra)
         answer = await conn.request(FETCH, version, request,
                                     timeout_s=self.timeout + MAX_WAIT_MS / 1000)
         self.fetches += 1
-        if answer.error_code != ec.NONE:
-            log.warning("source fetch: %s", ec.error_name(answer.error_code))
+        error = getattr(answer, "error_code", ec.NONE)  # v7+
+        if error != ec.NONE:
+            log.warning("source fetch: %s", ec.error_name(error))
             return True
         refresh = False
         for topic in answer.responses:
@@ -312,7 +327,8 @@ class FetchReader:
         offset, generation = asked
         error = part.error_code
         if error == OFFSET_OUT_OF_RANGE:
-            await self._out_of_range(key, offset, generation, part.log_start_offset)
+            await self._out_of_range(key, offset, generation,
+                                     getattr(part, "log_start_offset", -1))
             return None
         if error in _FATAL:
             raise MirrorError(f"reading the source {key[0]}[{key[1]}]: {ec.error_name(error)}")
