@@ -113,6 +113,8 @@ class FetchReader:
         self._error: BaseException | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
 
     # ---- the main thread's side -------------------------------------------------------------
 
@@ -156,6 +158,13 @@ class FetchReader:
                 self.answers.get_nowait()
             except queue.Empty:
                 break
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            # A fetch waiting out max_wait at a partition's end is not waited for.
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # the loop has ended already
         if self._thread is not None:
             self._thread.join(self.timeout)
 
@@ -164,11 +173,20 @@ class FetchReader:
     def _thread_main(self) -> None:
         try:
             asyncio.run(self._main())
+        except asyncio.CancelledError:
+            pass  # close()
         except BaseException as exc:  # handed to the main thread by poll()
             self._error = exc if isinstance(exc, MirrorError) else MirrorError(
                 f"reading the source: {type(exc).__name__}: {exc}")
 
     async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        if self._stopping:
+            return
+        await self._fetch_until_stopped()
+
+    async def _fetch_until_stopped(self) -> None:
         self._conns: dict[int, BrokerConnection] = {}
         self._leaders: dict[tuple[str, int], int] = {}
         self._brokers: dict[int, tuple[str, int]] = {}
