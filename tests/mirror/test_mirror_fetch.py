@@ -324,3 +324,19 @@ def test_every_fetch_version_the_reader_speaks(source, target, monkeypatch, vers
     mirror(source, target, topic)
     assert read(target.bootstrap_servers, topic, PARTITIONS, "read_uncommitted") == \
         read(source.bootstrap_servers, topic, PARTITIONS)
+
+
+def test_a_target_producer_on_librdkafkas_transactions_cannot_take_batches():
+    """A TLS target keeps librdkafka's transactions (kipproducer's engine has no TLS): the
+    transactional mode then reads with the consumer (Mirror._run asks can_forward())."""
+    import kipproducer as kp
+    from kipproducer.mirror.writers import Writer
+
+    writer = Writer.__new__(Writer)
+    writer.producer = kp.Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
+                                   "transactional.id": unique("tls"),
+                                   "security.protocol": "SSL"})
+    assert not writer.can_forward()
+    writer.producer = kp.Producer({"bootstrap.servers": "127.0.0.1:1",
+                                   "transactional.id": unique("plain")})
+    assert writer.can_forward()

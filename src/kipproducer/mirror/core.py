@@ -74,6 +74,7 @@ class Mirror:
                         why_not)
         #: "fetch" (whole batches forwarded) or "consumer" (librdkafka, record by record)
         self.reader_kind = "consumer" if (reader == "consumer" or why_not) else "fetch"
+        self._reader_asked = reader
         self.target_config = {"bootstrap.servers": target, **(target_config or {})}
         self.commit_interval_s = commit_interval_ms / 1000
         self.group_sync_interval_s = group_sync_interval_ms / 1000
@@ -110,14 +111,24 @@ class Mirror:
             self.topics.close()
 
     def _run(self, once: bool) -> dict:
-        if self.reader_kind == "fetch":
-            self.fetcher = FetchReader(self.source_config, self.isolation, timeout=self.timeout)
-        else:
-            self.consumer = self._consumer()
         last_refresh = 0.0
         try:
             writer_class = PreserveWriter if self.mode == "preserve" else TransactionalWriter
             self.writer = writer_class(self)
+            if self.reader_kind == "fetch" and not self.writer.can_forward():
+                if self._reader_asked == "fetch":
+                    raise MirrorError("the fetch reader needs a target producer that runs "
+                                      "kipproducer's engine; this --target-config (TLS) keeps "
+                                      "librdkafka's transactions")
+                log.warning("reading the source with a librdkafka consumer (the slower path): "
+                            "the target producer keeps librdkafka's transactions with this "
+                            "--target-config (TLS), so it cannot take whole batches")
+                self.reader_kind = self.metrics.reader = "consumer"
+            if self.reader_kind == "fetch":
+                self.fetcher = FetchReader(self.source_config, self.isolation,
+                                           timeout=self.timeout)
+            else:
+                self.consumer = self._consumer()
             while not self._stopping:
                 if time.monotonic() - last_refresh >= self.metadata_interval_s:
                     self._assign(self.topics.refresh())

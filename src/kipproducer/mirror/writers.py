@@ -81,6 +81,11 @@ class Writer:
     def forward(self, pair: TopicPair, fetched: Fetched) -> None:
         raise NotImplementedError
 
+    def can_forward(self) -> bool:
+        """Whether the target producer takes fetched batches (its engine runs the writes;
+        a transactional producer whose config keeps librdkafka's transactions does not)."""
+        return not getattr(self.producer, "_transactional", False)
+
     def _forward_batches(self, pair: TopicPair, fetched: Fetched, *, with_offsets: bool,
                          on_delivery: Any) -> tuple[int, int, int, int]:
         """The fetched batches to the target producer, records as bytes (the fast path);
