@@ -26,7 +26,9 @@ from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
 
 from batch_layout cimport (
     BASE_SEQUENCE_POS, BATCH_HEADER_SIZE, CRC_POS, PRODUCER_EPOCH_POS, PRODUCER_ID_POS,
-    ATTRIBUTES_POS, TRANSACTIONAL_FLAG, increment_sequence, put_i16, put_i32, put_i64, put_u32,
+    ATTRIBUTES_POS, BASE_OFFSET_POS, BASE_TIMESTAMP_POS, BATCH_LENGTH_POS, LOG_OVERHEAD,
+    MAX_TIMESTAMP_POS, RECORDS_COUNT_POS, TIMESTAMP_TYPE_MASK, TRANSACTIONAL_FLAG, get_i32,
+    get_i64, increment_sequence, put_i16, put_i32, put_i64, put_u32,
 )
 from batch_writer cimport BatchFields, write_batch_header, write_batch_header_known_records_crc
 from crc32c_c cimport kip_crc32c
@@ -34,7 +36,7 @@ from record_writer cimport (
     Blob, ByteBuf, blob_from, blob_release, bytebuf_free, bytebuf_reserve, header_items,
     headers_wire_size, record_body_size, write_headers, write_record_head,
 )
-from varint cimport varint_size
+from varint cimport read_varint32, read_varint64, varint_size, write_varint
 
 from collections import deque
 
@@ -166,6 +168,9 @@ cdef class ProducerBatch:
     # (header position, records, base offset, base timestamp, max timestamp), each stamped
     # with its own header and CRC and sequences continuing from one to the next.
     cdef readonly list runs
+    # Attribute bits kept from a forwarded source batch (the LogAppendTime bit: see
+    # RecordAccumulator.append_fetched); 0 for the producer's own records.
+    cdef readonly int16_t extra_attributes
 
     def __cinit__(self):
         self.buf.data = NULL
@@ -914,6 +919,231 @@ cdef class RecordAccumulator:
             queued += 1
         return queued
 
+    # ---- forwarding fetched batches (kip mirror) -----------------------------------------
+
+    cdef int _append_raw(self, PartitionState st, const unsigned char *tail, Py_ssize_t tail_size,
+                         int64_t timestamp, int mode, int64_t offset, object opaque) except -1:
+        """_append for a record whose key, value and headers are already encoded (``tail``,
+        copied as is): the same batch, run and bound rules. Returns 1, or 0 when full."""
+        cdef Py_ssize_t body, wire, index
+        cdef bint has_offset = mode != MODE_ASSIGN
+        cdef bint new_run = False, opening
+        cdef unsigned char *p
+        cdef int64_t ts_delta
+        if mode == MODE_USE_OFFSETS and offset <= st.last_offset:
+            raise OffsetOrderError(
+                f"{st.topic}[{st.partition}]: offset {offset} does not follow offset "
+                f"{st.last_offset}; explicit offsets must strictly increase per partition")
+        if st.count:
+            if (mode != st.mode
+                    or (has_offset and offset != st.base_offset + st.count)
+                    or st.count + st.unit_count >= self.batch_num_messages):
+                body = 1 + 1 + 1 + tail_size
+                if (self.pack_runs and mode == MODE_USE_OFFSETS and st.mode == mode
+                        and self.codec == 0
+                        and st.count + st.unit_count < self.batch_num_messages
+                        and st.buf.size + BATCH_HEADER_SIZE + varint_size(body) + body
+                        <= self.batch_size):
+                    new_run = True
+                else:
+                    self._close(st)
+        ts_delta = timestamp - st.base_ts if (st.count and not new_run) else 0
+        body = (1 + varint_size(ts_delta) + varint_size(0 if new_run else st.count)
+                + tail_size)
+        wire = varint_size(body) + body
+        if st.count and not new_run and st.buf.size + wire > self.batch_size:
+            self._close(st)
+            ts_delta = 0
+            body = 1 + 1 + 1 + tail_size
+            wire = varint_size(body) + body
+        opening = st.count == 0 and st.unit_count == 0
+        if (self.buffered_messages >= self.max_messages
+                or (self.buffered_bytes + wire + (BATCH_OVERHEAD if opening else 0)
+                    + (BATCH_HEADER_SIZE if new_run else 0) > self.max_bytes
+                    and self.buffered_messages)):
+            return 0
+        if new_run:
+            if st.runs is None:
+                st.runs = []
+            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
+            st.unit_count += st.count
+            bytebuf_reserve(&st.buf, BATCH_HEADER_SIZE + wire)
+            st.run_start = st.buf.size
+            st.buf.size += BATCH_HEADER_SIZE
+            st.count = 0
+            st.base_offset = offset
+            st.base_ts = timestamp
+            st.max_ts = timestamp
+            self.buffered_bytes += BATCH_HEADER_SIZE
+        elif opening:
+            self.buffered_bytes += BATCH_OVERHEAD
+            pool_take(&st.buf, BATCH_HEADER_SIZE + wire)
+            bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
+            st.buf.size = BATCH_HEADER_SIZE
+            st.run_start = 0
+            st.mode = mode
+            st.base_offset = offset if has_offset else 0
+            st.base_ts = timestamp
+            st.max_ts = timestamp
+            st.opened_ms = clock_ms(CLOCK_MONOTONIC)
+        else:
+            bytebuf_reserve(&st.buf, wire)
+            if timestamp > st.max_ts:
+                st.max_ts = timestamp
+        p = write_varint(st.buf.data + st.buf.size, body)
+        p[0] = 0  # record attributes: unused
+        p = write_varint(p + 1, ts_delta)
+        p = write_varint(p, st.count)
+        memcpy(p, tail, tail_size)
+        st.buf.size = p + tail_size - st.buf.data
+        index = st.unit_count + st.count
+        if st.opaque_runs is None:
+            if opaque is not None:
+                st.opaque_runs = [(0, None), (index, opaque)] if index else [(0, opaque)]
+        elif last_run_opaque(st.opaque_runs) is not opaque:
+            st.opaque_runs.append((index, opaque))
+        st.count += 1
+        if mode == MODE_USE_OFFSETS:
+            st.last_offset = offset
+        self.buffered_bytes += wire
+        self.buffered_messages += 1
+        return 1
+
+    cdef void _close_log_append_time(self, PartitionState st):
+        """Close the open batch as a LogAppendTime one: its records' timestamps are the batch's
+        max timestamp, so it holds the records of one source batch only."""
+        cdef Py_ssize_t before = len(st.ready)
+        self._close(st)
+        if len(st.ready) > before:
+            (<ProducerBatch>st.ready[len(st.ready) - 1]).extra_attributes = TIMESTAMP_TYPE_MASK
+
+    cdef int _append_section(self, PartitionState st, const unsigned char *p,
+                             const unsigned char *end, int32_t count, int64_t base_offset,
+                             int64_t base_timestamp, int64_t max_timestamp,
+                             bint log_append_time, int mode, int64_t min_offset,
+                             Py_ssize_t *index, Py_ssize_t *pos, Py_ssize_t *queued,
+                             int64_t *last_queued, object opaque) except -1:
+        """The records of one batch's records section [p + pos, end), from record ``index``
+        on; moves index and pos on. Returns 1 when the section is done, 0 when full."""
+        cdef const unsigned char *q
+        cdef const unsigned char *record_end
+        cdef const unsigned char *at = p + pos[0]
+        cdef int32_t length, offset_delta
+        cdef int64_t ts_delta, offset, ts
+        cdef Py_ssize_t i = index[0]
+        cdef int done = 1
+        if log_append_time and st.count:
+            self._close(st)
+        while i < count:
+            q = read_varint32(at, end, &length)
+            if q == NULL or length < 3 or length > end - q:
+                raise ValueError(f"{st.topic}[{st.partition}]: record {i} of the batch at "
+                                 f"offset {base_offset} is malformed or truncated")
+            record_end = q + length
+            q = read_varint64(q + 1, record_end, &ts_delta)  # after the attributes byte
+            if q != NULL:
+                q = read_varint32(q, record_end, &offset_delta)
+            if q == NULL:
+                raise ValueError(f"{st.topic}[{st.partition}]: record {i} of the batch at "
+                                 f"offset {base_offset} is malformed")
+            offset = base_offset + offset_delta
+            if offset >= min_offset:
+                ts = max_timestamp if log_append_time else base_timestamp + ts_delta
+                if not self._append_raw(st, q, record_end - q, ts, mode, offset, opaque):
+                    done = 0
+                    break
+                queued[0] += 1
+                last_queued[0] = offset
+            at = record_end
+            i += 1
+        if log_append_time:
+            self._close_log_append_time(st)
+        index[0] = i
+        pos[0] = at - p
+        return done
+
+    def append_fetched(self, str topic not None, int32_t partition, records, int32_t count,
+                       int64_t base_offset, int64_t base_timestamp, int64_t max_timestamp,
+                       bint log_append_time=False, bint with_offsets=False,
+                       int64_t min_offset=-1, Py_ssize_t start_record=0,
+                       Py_ssize_t start_pos=0, opaque=None):
+        """Append the records of one fetched RecordBatch v2 (its uncompressed records section,
+        any buffer) without decoding them into Python objects: each record's key, value and
+        headers bytes are copied as they are, its offset and timestamp deltas re-framed for
+        the batch it joins. ``with_offsets`` (KIP-391): each record keeps its source offset
+        (base_offset + its offset delta), gaps included; otherwise the broker assigns them.
+        Records below ``min_offset`` are skipped (a fetch answers from the batch holding the
+        fetch offset). LogAppendTime: every record's timestamp is ``max_timestamp`` and the
+        target batch keeps the LogAppendTime bit (one source batch per target batch).
+
+        Returns (records done, byte position, records queued, last queued offset): done <
+        ``count`` when the buffer bounds were reached (call again with start_record/start_pos
+        to go on); queued leaves out the skipped ones; the offset is the source's (-1: none
+        queued). Raises ValueError on a malformed records section.
+        """
+        cdef PartitionState st = self._state(topic, partition)
+        cdef Py_buffer view
+        cdef Py_ssize_t index = start_record, pos = start_pos, queued = 0
+        cdef int64_t last_queued = -1
+        PyObject_GetBuffer(records, &view, PyBUF_SIMPLE)
+        try:
+            if not 0 <= pos <= view.len:
+                raise ValueError("start_pos is outside the records")
+            self._append_section(
+                st, <const unsigned char *>view.buf, <const unsigned char *>view.buf + view.len,
+                count, base_offset, base_timestamp, max_timestamp, log_append_time,
+                MODE_USE_OFFSETS if with_offsets else MODE_ASSIGN, min_offset, &index, &pos,
+                &queued, &last_queued, opaque)
+        finally:
+            PyBuffer_Release(&view)
+        return index, pos, queued, last_queued
+
+    def append_fetched_batches(self, str topic not None, int32_t partition, span,
+                               bint with_offsets=False, int64_t min_offset=-1,
+                               Py_ssize_t batch_pos=0, Py_ssize_t start_record=0,
+                               Py_ssize_t start_pos=0, opaque=None):
+        """append_fetched for a run of whole fetched batches back to back (``span``: headers
+        and records), each v2, uncompressed and CreateTime, as a Fetch answer holds them: one
+        call for many small batches (a compacted or KIP-391 source has a batch per run of
+        offsets). The caller checked the headers (kipproducer.mirror.batches).
+
+        Returns (done, batch position, record index, record position, records queued, last
+        queued offset); not done when the buffer bounds were reached: call again with
+        batch_pos, start_record and start_pos to go on.
+        """
+        cdef PartitionState st = self._state(topic, partition)
+        cdef Py_buffer view
+        cdef const unsigned char *data
+        cdef const unsigned char *batch
+        cdef Py_ssize_t size, batch_end, index = start_record, pos = start_pos, queued = 0
+        cdef int64_t last_queued = -1
+        cdef int mode = MODE_USE_OFFSETS if with_offsets else MODE_ASSIGN
+        cdef int done = 1
+        PyObject_GetBuffer(span, &view, PyBUF_SIMPLE)
+        try:
+            data = <const unsigned char *>view.buf
+            size = view.len
+            while batch_pos < size:
+                batch = data + batch_pos
+                if size - batch_pos < BATCH_HEADER_SIZE:
+                    raise ValueError(f"{topic}[{partition}]: a batch header is cut short")
+                batch_end = batch_pos + LOG_OVERHEAD + get_i32(batch + BATCH_LENGTH_POS)
+                if batch_end > size or batch_end < batch_pos + BATCH_HEADER_SIZE:
+                    raise ValueError(f"{topic}[{partition}]: a batch is cut short")
+                if not self._append_section(
+                        st, batch + BATCH_HEADER_SIZE, data + batch_end,
+                        get_i32(batch + RECORDS_COUNT_POS), get_i64(batch + BASE_OFFSET_POS),
+                        get_i64(batch + BASE_TIMESTAMP_POS), get_i64(batch + MAX_TIMESTAMP_POS),
+                        False, mode, min_offset, &index, &pos, &queued, &last_queued, opaque):
+                    done = 0
+                    break
+                batch_pos = batch_end
+                index = 0
+                pos = 0
+        finally:
+            PyBuffer_Release(&view)
+        return bool(done), batch_pos, index, pos, queued, last_queued
+
     # ---- draining ------------------------------------------------------------------------
 
     def drain(self, now_ms=None, *, bint flush=False, partitions=None):
@@ -957,7 +1187,8 @@ cdef class RecordAccumulator:
         b.producer_epoch = self.producer_epoch
         f.base_offset = b.base_offset
         f.partition_leader_epoch = -1
-        f.attributes = b.codec | (TRANSACTIONAL_FLAG if b.transactional else 0)
+        f.attributes = (b.codec | (TRANSACTIONAL_FLAG if b.transactional else 0)
+                        | b.extra_attributes)
         f.last_offset_delta = b.record_count - 1
         f.base_timestamp = b.first_timestamp
         f.max_timestamp = b.max_timestamp

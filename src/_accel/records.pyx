@@ -992,3 +992,47 @@ def rebuild_batch(Batch batch not None, records):
         blob_release(&kb)
         blob_release(&vb)
         bytebuf_free(&buf)
+
+
+def plain_run(data, Py_ssize_t pos, bint stop_at_transactional):
+    """The run of batches from ``pos`` that kip mirror's fast path forwards as they are (whole
+    v2 batches, uncompressed, CreateTime, not control, and not transactional when
+    ``stop_at_transactional``): (end position, batches, records, next offset, last max
+    timestamp). The run stops before any other batch, before a batch cut short and at the
+    end; (pos, 0, 0, -1, -1) when the batch at ``pos`` is not such a batch. Only headers are
+    read (kipproducer.mirror.batches checks the rest)."""
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef Py_ssize_t size, end
+    cdef Py_ssize_t batches = 0, records = 0
+    cdef int64_t next_offset = -1, max_ts = -1
+    cdef int16_t attributes
+    cdef int32_t length, count, last_delta
+    cdef int16_t stop = COMPRESSION_MASK | TIMESTAMP_TYPE_MASK | CONTROL_FLAG
+    if stop_at_transactional:
+        stop |= TRANSACTIONAL_FLAG
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        size = view.len
+        if pos < 0:
+            raise ValueError("pos must not be negative")
+        while size - pos >= BATCH_HEADER_SIZE:
+            length = get_i32(p + pos + BATCH_LENGTH_POS)
+            end = pos + LOG_OVERHEAD + length
+            if length < BATCH_HEADER_SIZE - LOG_OVERHEAD or end > size:
+                break
+            attributes = get_i16(p + pos + ATTRIBUTES_POS)
+            count = get_i32(p + pos + RECORDS_COUNT_POS)
+            last_delta = get_i32(p + pos + LAST_OFFSET_DELTA_POS)
+            if (p[pos + MAGIC_POS] != MAGIC_V2 or attributes & stop or count <= 0
+                    or last_delta < 0):
+                break
+            batches += 1
+            records += count
+            next_offset = get_i64(p + pos + BASE_OFFSET_POS) + last_delta + 1
+            max_ts = get_i64(p + pos + MAX_TIMESTAMP_POS)
+            pos = end
+    finally:
+        PyBuffer_Release(&view)
+    return pos, batches, records, next_offset, max_ts

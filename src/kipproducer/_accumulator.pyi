@@ -23,6 +23,7 @@ class ProducerBatch:
     first_timestamp: int
     max_timestamp: int
     opaque_runs: list[tuple[int, Any]] | None
+    extra_attributes: int
     @property
     def opaques(self) -> list[Any] | None: ...
     finished: bool
@@ -104,6 +105,40 @@ class RecordAccumulator:
         opaque: Any = None,
         expected_offset: int | None = None,
     ) -> int: ...
+    def append_fetched(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | bytearray | memoryview,
+        count: int,
+        base_offset: int,
+        base_timestamp: int,
+        max_timestamp: int,
+        log_append_time: bool = False,
+        with_offsets: bool = False,
+        min_offset: int = -1,
+        start_record: int = 0,
+        start_pos: int = 0,
+        opaque: Any = None,
+    ) -> tuple[int, int, int, int]:
+        """The records of one fetched RecordBatch v2 (its uncompressed records section),
+        copied without decoding (kip mirror); returns (records done, byte position, records
+        queued, last queued source offset or -1)."""
+    def append_fetched_batches(
+        self,
+        topic: str,
+        partition: int,
+        span: bytes | bytearray | memoryview,
+        with_offsets: bool = False,
+        min_offset: int = -1,
+        batch_pos: int = 0,
+        start_record: int = 0,
+        start_pos: int = 0,
+        opaque: Any = None,
+    ) -> tuple[bool, int, int, int, int, int]:
+        """append_fetched for whole uncompressed CreateTime batches back to back; returns
+        (done, batch position, record index, record position, records queued, last queued
+        source offset or -1)."""
     def drain(
         self,
         now_ms: int | None = None,

@@ -93,3 +93,8 @@ def fill_message(
     topic: Any, partition: int, offset: int, key: Any, value: Any, headers: Any, error: Any,
     tstype: int, timestamp: int,
 ) -> Any: ...
+def plain_run(
+    data: bytes | bytearray | memoryview, pos: int, stop_at_transactional: bool
+) -> tuple[int, int, int, int, int]:
+    """kip mirror: the run of plain batches from ``pos`` (end, batches, records, next offset,
+    last max timestamp)."""

@@ -8,9 +8,9 @@
 3. The broker's log cleaner compacts it (superseded records are removed, their offsets become
    holes), and DeleteRecords moves each partition's log start up: the source's offsets now
    have real gaps and do not start at 0, as in any long-lived compacted topic.
-4. The copy, with ``kip mirror``'s preserve mode (kipproducer.mirror): a stock librdkafka
-   consumer reads the source and ``kipproducer.Producer.produce_arrays(..., offsets=...)``
-   writes the target, every record at its source offset, with its key, value, headers and
+4. The copy, with ``kip mirror``'s preserve mode (kipproducer.mirror): its Fetch reader takes
+   the source's record batches whole and the engine writes their records to the target
+   unchanged (KIP-391), every record at its source offset, with its key, value, headers and
    timestamp; the mirror moves the target's log start to the source's with DeleteRecords. Its
    progress line runs on stderr meanwhile.
 5. A fresh librdkafka consumer reads both topics; a table compares, per partition, the
@@ -282,8 +282,8 @@ def _compact_and_trim(source, written: int) -> tuple[int, dict[int, int], float]
 
 
 def _copy(source, target) -> tuple[int, float, int]:
-    """``kip mirror --mode preserve``'s code (kipproducer.mirror): a librdkafka consumer reads
-    the source, ``produce_arrays(..., offsets=...)`` writes the target, every record at its
+    """``kip mirror --mode preserve``'s code (kipproducer.mirror): its Fetch reader takes the
+    source's batches whole, the engine writes their records to the target, every record at its
     source offset; the mirror moves the target's log starts to the source's."""
     from confluent_kafka.admin import NewTopic
 
@@ -363,12 +363,12 @@ def run(records: int = 200_000, spark: bool = True) -> int:
         print(f"2. holes   the broker's log cleaner removed {removed:,} superseded records and "
               f"DeleteRecords moved the log starts to {moved} ({took:.2f} s)", flush=True)
 
-        print("3. copy    kip mirror --mode preserve: librdkafka consumer (source) -> "
-              "Producer.produce_arrays(offsets=...) (target), keys, values, headers, "
-              "timestamps kept", flush=True)
+        print("3. copy    kip mirror --mode preserve: record batches fetched whole (source) -> "
+              "their records written at their offsets (target, KIP-391), keys, values, "
+              "headers, timestamps kept", flush=True)
         copied, elapsed, size = _copy(source, target)
         print(f"   copied {copied:,} records in {elapsed:.2f} s: {copied / elapsed:,.0f} "
-              f"records/s, {size / elapsed / 1e6:.1f} MB/s of keys and values (acks=all, "
+              f"records/s, {size / elapsed / 1e6:.1f} MB/s of records (acks=all, "
               "idempotent); the mirror set the target's log starts to the source's (DeleteRecords)",
               flush=True)
 

@@ -42,7 +42,7 @@ def cmd_mirror(args: argparse.Namespace) -> int:
             isolation=args.isolation, rename=args.rename, metrics_json=args.metrics_json,
             progress=not args.quiet, commit_interval_ms=args.commit_interval_ms,
             group_sync_interval_ms=args.group_sync_interval_ms,
-            transactional_id=args.transactional_id)
+            transactional_id=args.transactional_id, reader=args.reader)
     except (MirrorError, ValueError) as exc:
         print(f"kip mirror: {exc}", file=sys.stderr)
         return 2
@@ -82,7 +82,13 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--group", help="transactional mode: the target group that holds the "
                         "source offsets (required there)")
     parser.add_argument("--source-config", action="append", metavar="NAME=VALUE",
-                        help="librdkafka property for the source consumer (repeatable)")
+                        help="source client property (repeatable): security.protocol, sasl.*, "
+                        "fetch.max.bytes, max.partition.fetch.bytes; any librdkafka consumer "
+                        "property with --reader consumer")
+    parser.add_argument("--reader", choices=("auto", "fetch", "consumer"), default="auto",
+                        help="how the source is read: fetch (whole record batches, fast), "
+                        "consumer (librdkafka, record by record), auto (default: fetch unless "
+                        "the source config needs TLS or another SASL mechanism)")
     parser.add_argument("--target-config", action="append", metavar="NAME=VALUE",
                         help="property for the target producer (repeatable)")
     parser.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),

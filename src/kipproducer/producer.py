@@ -331,6 +331,66 @@ class Producer(confluent_kafka.Producer):
                     engine.end_flush()
         return n
 
+    def _forward_fetched(self, topic: str, partition: int, records, *, framed: bool,
+                         count: int, base_offset: int, base_timestamp: int, max_timestamp: int,
+                         log_append_time: bool, with_offsets: bool, min_offset: int,
+                         on_delivery: Callable | None) -> tuple[int, int]:
+        """kip mirror's entry (mirror/fetcher.py): fetched records appended as they are,
+        re-framed in C, never decoded: ``framed``, whole uncompressed CreateTime batches back
+        to back (RecordAccumulator.append_fetched_batches; the other fields unused), else one
+        batch's uncompressed records section (append_fetched). ``with_offsets`` keeps the
+        source offsets (KIP-391). Blocks, serving delivery reports, while the queue bounds are
+        reached. ``on_delivery`` (keep passing the same one) gets one BatchDelivery per target
+        batch. Returns (records queued, the last one's source offset or -1)."""
+        if self._transactional:
+            raise KafkaException(KafkaError(
+                KafkaError._NOT_IMPLEMENTED, "forwarding fetched batches needs the engine's "
+                "transactions (this configuration keeps librdkafka's)"))
+        self._check_kip_call(0 if with_offsets else None, None, partition)
+        if self._txn is not None:
+            self._txn.check_produce()
+        engine = self._engine_or_start()
+        # One opaque per callback: consecutive source batches share a target batch's opaque
+        # run, and so its one report.
+        reports = self.__dict__.setdefault("_forward_reports", {})
+        target = reports.get(on_delivery)
+        if target is None:
+            target = reports[on_delivery] = _ReportTo(on_delivery or self._default_on_delivery,
+                                                      False)
+        self._enter_lane(topic, ENGINE, 0)
+        batch_pos = index = pos = total = 0
+        last = -1
+        stalled_since = None
+        acc = engine.acc
+        while True:
+            with engine.lock:
+                if framed:
+                    done, batch_pos, index, pos, queued, last_now = acc.append_fetched_batches(
+                        topic, partition, records, with_offsets, min_offset, batch_pos, index,
+                        pos, target)
+                else:
+                    index, pos, queued, last_now = acc.append_fetched(
+                        topic, partition, records, count, base_offset, base_timestamp,
+                        max_timestamp, log_append_time, with_offsets, min_offset, index, pos,
+                        target)
+                    done = index >= count
+            self._lanes[topic][1] += queued
+            engine.appended(queued)
+            total += queued
+            last = max(last, last_now)
+            if done:
+                return total, last
+            now = time.monotonic()
+            stalled_since = stalled_since if not queued and stalled_since else now
+            if now - stalled_since > engine.config.delivery_timeout_ms / 1000:
+                raise BufferError(f"queue stayed full; {total} records of a fetched batch "
+                                  "enqueued")
+            engine.begin_flush()
+            try:
+                self._serve_engine(0.01)
+            finally:
+                engine.end_flush()
+
     # ---- the librdkafka lane ------------------------------------------------------------------
 
     @_serves_group

@@ -78,6 +78,7 @@ def test_preserve_keeps_every_offset(source, target, topics, tmp_path):
                     f"{topics['prefix']}\\..*", mode="preserve", progress=False,
                     metrics_json=str(metrics))
     snapshot = mirror.run(once=True)
+    assert snapshot["reader"] == "fetch" and mirror.fetcher.fetches > 0  # the fast path ran
     total = 0
     for kind in ("compacted", "trimmed", "txn"):
         topic = topics[kind]
@@ -118,6 +119,7 @@ def test_transactional_exactly_once(source, target, topics):
                     f"{topics['prefix']}\\..*", mode="transactional", group=group,
                     rename=rename, progress=False, commit_interval_ms=200)
     snapshot = mirror.run(once=True)
+    assert snapshot["reader"] == "fetch" and mirror.fetcher.fetches > 0  # the fast path ran
     assert snapshot["transactions"] >= 1
     for kind in ("compacted", "trimmed", "txn"):
         topic = topics[kind]
@@ -224,3 +226,5 @@ def test_bad_arguments():
         Mirror("127.0.0.1:1", "127.0.0.1:1", "x", rename="copy", progress=False)
     with pytest.raises(MirrorError, match="mode"):
         Mirror("127.0.0.1:1", "127.0.0.1:1", "x", mode="fast", progress=False)
+    with pytest.raises(MirrorError, match="reader"):
+        Mirror("127.0.0.1:1", "127.0.0.1:1", "x", reader="quick", progress=False)

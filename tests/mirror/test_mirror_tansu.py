@@ -49,6 +49,7 @@ def test_tansu_source(tansu, target, mode):
     group = unique("g")
     snapshot = Mirror(tansu, target.bootstrap_servers, topic, mode=mode, group=group,
                       progress=False).run(once=True)
+    assert snapshot["reader"] == "fetch"  # the fast path reads Tansu too
     assert snapshot["records"] == sum(map(len, src.values()))
     if mode == "preserve":
         assert read(target.bootstrap_servers, topic, PARTITIONS, "read_uncommitted") == src

@@ -1,9 +1,14 @@
-"""The mirror's loop: a librdkafka consumer reads the source, a writer of the chosen mode writes
+"""The mirror's loop: a reader takes the source's records, a writer of the chosen mode writes
 the target (writers.py), the topic map follows the source's topics (topics.py).
 
-One thread does everything (consume, write, serve delivery reports, commit), so a stop
-(``stop()``, SIGINT/SIGTERM in ``kip mirror``) takes effect between two rounds: after the
-current batch (preserve) or transaction (transactional) is finished.
+Two readers: the fast one (fetcher.py) fetches whole record batches in a thread of its own and
+the writers forward them without decoding; a librdkafka consumer (this module) serves the
+source configs the fast one cannot (TLS, SASL mechanisms other than PLAIN and SCRAM), one
+Python Message per record. ``Mirror.reader_kind`` (and the metrics' ``reader``) says which ran.
+
+The main thread writes, serves delivery reports and commits, so a stop (``stop()``,
+SIGINT/SIGTERM in ``kip mirror``) takes effect between two rounds: after the current batch
+(preserve) or transaction (transactional) is finished.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..clients import connection_properties, first_records
+from .fetcher import FetchReader, unsupported
 from .metrics import Metrics
 from .topics import MirrorError, TopicMap, TopicPair
 from .writers import PreserveWriter, TransactionalWriter, Writer
@@ -24,6 +30,7 @@ log = logging.getLogger("kipproducer.mirror")
 
 MODES = ("preserve", "transactional")
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+READERS = ("auto", "fetch", "consumer")
 #: Records one consume() call takes at the most.
 CONSUME_BATCH = 10_000
 
@@ -44,11 +51,13 @@ class Mirror:
                  metrics_json: str | None = None, progress: bool = True,
                  commit_interval_ms: int = 1000, group_sync_interval_ms: int = 10_000,
                  metadata_interval_ms: int = 5000, transactional_id: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, reader: str = "auto") -> None:
         if mode not in MODES:
             raise MirrorError(f"mode {mode!r}: one of {', '.join(MODES)}")
         if isolation not in ISOLATION_LEVELS:
             raise MirrorError(f"isolation {isolation!r}: one of {', '.join(ISOLATION_LEVELS)}")
+        if reader not in READERS:
+            raise MirrorError(f"reader {reader!r}: one of {', '.join(READERS)}")
         if mode == "transactional" and not group:
             raise MirrorError("the transactional mode needs --group: the target group that "
                               "holds the source offsets committed with the data")
@@ -57,17 +66,28 @@ class Mirror:
         self.isolation = isolation
         self.timeout = timeout
         self.source_config = {"bootstrap.servers": source, **(source_config or {})}
+        why_not = unsupported(self.source_config)
+        if reader == "fetch" and why_not:
+            raise MirrorError(f"the fetch reader cannot read this source: {why_not}")
+        if reader == "auto" and why_not:
+            log.warning("reading the source with a librdkafka consumer (the slower path): %s",
+                        why_not)
+        #: "fetch" (whole batches forwarded) or "consumer" (librdkafka, record by record)
+        self.reader_kind = "consumer" if (reader == "consumer" or why_not) else "fetch"
+        self._reader_asked = reader
         self.target_config = {"bootstrap.servers": target, **(target_config or {})}
         self.commit_interval_s = commit_interval_ms / 1000
         self.group_sync_interval_s = group_sync_interval_ms / 1000
         self.metadata_interval_s = metadata_interval_ms / 1000
         self.transactional_id = transactional_id or (f"kip-mirror-{group}" if group else None)
         self.metrics = Metrics(mode, metrics_json, progress=progress)
+        self.metrics.reader = self.reader_kind
         self.topics = TopicMap(connection_properties(self.source_config),
                                connection_properties(self.target_config),
                                topics, rename, timeout)
         self._stopping = False
         self.consumer: Consumer | None = None
+        self.fetcher: FetchReader | None = None
         self._probes: dict[str, Consumer] = {}  # "source" / "target": see _probe()
         self.writer: Writer | None = None
         # source (topic, partition) -> its pair, for the partitions being copied
@@ -91,23 +111,33 @@ class Mirror:
             self.topics.close()
 
     def _run(self, once: bool) -> dict:
-        self.consumer = Consumer({
-            # Throughput first (a copy reads everything); --source-config overrides these.
-            "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20,
-            "queued.max.messages.kbytes": 256 << 10, "fetch.queue.backoff.ms": 0,
-            **self.source_config, "group.id": f"kip-mirror-reader-{id(self)}",
-            "enable.auto.commit": False, "enable.auto.offset.store": False,
-            "auto.offset.reset": "earliest", "enable.partition.eof": True,
-            "isolation.level": self.isolation})
         last_refresh = 0.0
         try:
             writer_class = PreserveWriter if self.mode == "preserve" else TransactionalWriter
             self.writer = writer_class(self)
+            if self.reader_kind == "fetch" and not self.writer.can_forward():
+                if self._reader_asked == "fetch":
+                    raise MirrorError("the fetch reader needs a target producer that runs "
+                                      "kipproducer's engine; this --target-config (TLS) keeps "
+                                      "librdkafka's transactions")
+                log.warning("reading the source with a librdkafka consumer (the slower path): "
+                            "the target producer keeps librdkafka's transactions with this "
+                            "--target-config (TLS), so it cannot take whole batches")
+                self.reader_kind = self.metrics.reader = "consumer"
+            if self.reader_kind == "fetch":
+                self.fetcher = FetchReader(self.source_config, self.isolation,
+                                           timeout=self.timeout)
+            else:
+                self.consumer = self._consumer()
             while not self._stopping:
                 if time.monotonic() - last_refresh >= self.metadata_interval_s:
                     self._assign(self.topics.refresh())
                     last_refresh = time.monotonic()
-                self._round()
+                if self.fetcher is not None:
+                    self._fetch_round()
+                else:
+                    self._round()
+                self.writer.maybe_commit()
                 self.metrics.tick()
                 if once and self.assigned and self.at_end >= set(self.assigned) \
                         and self.writer.idle():
@@ -117,8 +147,43 @@ class Mirror:
             self.metrics.tick(final=True)
             if self.writer is not None:
                 self.writer.close()
-            self.consumer.close()
+            if self.fetcher is not None:
+                self.fetcher.close()
+            if self.consumer is not None:
+                self.consumer.close()
         return self.metrics.snapshot()
+
+    def _fetch_round(self) -> None:
+        for fetched in self.fetcher.poll(0.1):
+            key = (fetched.topic, fetched.partition)
+            pair = self.assigned.get(key)
+            if pair is None:
+                continue
+            self.writer.forward(pair, fetched)
+            self.metrics.partition(pair.source, pair.target,
+                                   fetched.partition).high_watermark = fetched.high_watermark
+            if fetched.at_end:
+                self.at_end.add(key)
+            else:
+                self.at_end.discard(key)
+
+    def seek(self, key: tuple[str, int], offset: int) -> None:
+        """Read a source partition again from ``offset`` (the transactional writer's abort)."""
+        if self.fetcher is not None:
+            self.fetcher.seek(key, offset)
+        else:
+            self.consumer.seek(TopicPartition(key[0], key[1], offset))
+        self.at_end.discard(key)
+
+    def _consumer(self) -> Consumer:
+        return Consumer({
+            # Throughput first (a copy reads everything); --source-config overrides these.
+            "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 8 << 20,
+            "queued.max.messages.kbytes": 256 << 10, "fetch.queue.backoff.ms": 0,
+            **self.source_config, "group.id": f"kip-mirror-reader-{id(self)}",
+            "enable.auto.commit": False, "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest", "enable.partition.eof": True,
+            "isolation.level": self.isolation})
 
     def _round(self) -> None:
         by_partition: dict[tuple[str, int], list] = {}
@@ -146,7 +211,6 @@ class Mirror:
             pair = self.assigned.get(key)
             if pair is not None:
                 self.writer.write(pair, key[1], messages)
-        self.writer.maybe_commit()
 
     def _assign(self, pairs: list[TopicPair]) -> None:
         new = [(pair, p) for pair in pairs for p in range(pair.partitions)
@@ -163,7 +227,10 @@ class Mirror:
             tps.append(TopicPartition(pair.source, p, start))
         log.info("copying %s", ", ".join(f"{tp.topic}[{tp.partition}] from {tp.offset}"
                                           for tp in tps))
-        self.consumer.incremental_assign(tps)
+        if self.fetcher is not None:
+            self.fetcher.assign({(tp.topic, tp.partition): tp.offset for tp in tps})
+        else:
+            self.consumer.incremental_assign(tps)
 
     def _check_reachable(self) -> None:
         for side, admin in (("source", self.topics.source_admin),

@@ -1,7 +1,8 @@
 """A mirror's numbers per partition: records and bytes copied, replication latency and lag.
 
 - records, bytes: acknowledged by the target (preserve mode) or committed in a target
-  transaction (transactional mode);
+  transaction (transactional mode); bytes are keys + values with the consumer reader, the
+  records' encoded size (framing and headers included) with the fetch reader;
 - latency_ms: when the partition's last copied record was acknowledged or committed, minus its
   timestamp (the source's CreateTime or LogAppendTime);
 - lag: the source's high watermark (as the source consumer last saw it) minus the next offset
@@ -55,6 +56,7 @@ class Metrics:
         self.started = time.monotonic()
         self.last_shown = 0.0
         self.transactions = 0
+        self.reader = ""  # "fetch" or "consumer": Mirror.reader_kind
 
     def partition(self, source_topic: str, target_topic: str,
                   partition: int) -> PartitionMetrics:
@@ -81,6 +83,7 @@ class Metrics:
         lags = [m.lag for m in self.partitions.values() if m.lag >= 0]
         return {
             "mode": self.mode,
+            "reader": self.reader,
             "elapsed_s": round(time.monotonic() - self.started, 3),
             "records": self.records,
             "bytes": sum(m.bytes for m in self.partitions.values()),

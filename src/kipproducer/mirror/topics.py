@@ -149,6 +149,13 @@ class TopicMap:
     def _create(self, source: str, target: str, count: int) -> bool:
         """Create the target topic; False when it exists already."""
         configs = self._source_configs(source)
+        if configs.get("message.timestamp.type") == "LogAppendTime":
+            # A LogAppendTime target would stamp its own clock over the copies; as CreateTime
+            # it keeps what the mirror writes: the source's append times, in batches marked
+            # LogAppendTime (the fetch reader), so readers see the source's type and times.
+            del configs["message.timestamp.type"]
+            log.info("target topic %s: CreateTime, so the source's LogAppendTime stamps are "
+                     "kept", target)
         for attempt in (configs, {k: v for k, v in configs.items() if k in ESSENTIAL_CONFIGS}):
             future = self.target_admin.create_topics(
                 [NewTopic(target, num_partitions=count, replication_factor=-1,

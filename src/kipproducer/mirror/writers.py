@@ -34,6 +34,7 @@ from .topics import MirrorError, TopicPair
 
 if TYPE_CHECKING:
     from .core import Mirror
+    from .fetcher import Fetched
 
 log = logging.getLogger("kipproducer.mirror")
 
@@ -77,6 +78,35 @@ class Writer:
     def write(self, pair: TopicPair, partition: int, messages: list) -> None:
         raise NotImplementedError
 
+    def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        raise NotImplementedError
+
+    def can_forward(self) -> bool:
+        """Whether the target producer takes fetched batches (its engine runs the writes;
+        a transactional producer whose config keeps librdkafka's transactions does not)."""
+        return not getattr(self.producer, "_transactional", False)
+
+    def _forward_batches(self, pair: TopicPair, fetched: Fetched, *, with_offsets: bool,
+                         on_delivery: Any) -> tuple[int, int, int, int]:
+        """The fetched batches to the target producer, records as bytes (the fast path);
+        returns (records, bytes, last record's source offset, last timestamp)."""
+        forward = self.producer._forward_fetched
+        records = size = 0
+        last_offset = last_ts = -1
+        for b in fetched.batches:
+            queued, last = forward(pair.target, fetched.partition, b.records, framed=b.framed,
+                                   count=b.count, base_offset=b.base_offset,
+                                   base_timestamp=b.base_timestamp,
+                                   max_timestamp=b.max_timestamp,
+                                   log_append_time=b.log_append_time, with_offsets=with_offsets,
+                                   min_offset=b.min_offset, on_delivery=on_delivery)
+            if queued:
+                records += queued
+                size += len(b.records)
+                last_offset = last
+                last_ts = b.max_timestamp
+        return records, size, last_offset, last_ts
+
     def maybe_commit(self) -> None:
         raise NotImplementedError
 
@@ -92,8 +122,8 @@ class Writer:
     def _high_watermarks(self, every_s: float = 1.0) -> None:
         """The source's high watermarks as the source consumer last saw them (for lag)."""
         now = time.monotonic()
-        if now - self._marks_read < every_s:
-            return
+        if now - self._marks_read < every_s or self.mirror.consumer is None:
+            return  # the fetch reader's answers carry them (Mirror._fetch_round)
         self._marks_read = now
         consumer = self.mirror.consumer
         for (topic, partition), pair in self.mirror.assigned.items():
@@ -111,12 +141,26 @@ class PreserveWriter(Writer):
         super().__init__(mirror)
         self.producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 5,
                                   **mirror.target_config})
+        self._engine_ready()
         self.errors: list[str] = []
         # (source topic, partition) -> chunks written and not acknowledged yet:
         # [next offset after the chunk, records, bytes, last timestamp]
         self.pending: dict[tuple[str, int], deque] = {}
         self.acked: dict[tuple[str, int], int] = {}  # next offset the target holds
+        self.read_to: dict[tuple[str, int], int] = {}  # fetch reader: next source offset
+        self.reporters: dict[tuple[str, int], Any] = {}
+        self.metered: dict[tuple[str, int], Any] = {}  # partitions with a reporter: metrics
         self.last_sync = time.monotonic()
+
+    def _engine_ready(self) -> None:
+        """Wait for the engine's first answer from the target (its producer id): that answer
+        says whether runs of offsets may be packed into one batch (KIP-WIRE §9), and the
+        first fetched answer appended before it would go out as a batch per run."""
+        engine = self.producer._engine_or_start()
+        deadline = time.monotonic() + self.mirror.timeout
+        while engine.acc.producer_id < 0 and time.monotonic() < deadline:
+            engine.check()
+            time.sleep(0.005)
 
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
         """The target's log end: every offset below it is there (KIP-391 writes in order)."""
@@ -166,22 +210,65 @@ class PreserveWriter(Writer):
         next_offset = int(offsets[-1]) + 1
         self.pending.setdefault(key, deque()).append(
             [next_offset, len(messages), size, int(timestamps[-1])])
-        m = self.metrics.partition(pair.source, pair.target, partition)
+        self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
+                                     timestamps=timestamps, partition=partition,
+                                     offsets=offsets, on_delivery=self._reporter(pair, partition))
 
-        def delivered(err: KafkaError | None, report: Any, _key=key, _m=m) -> None:
+    def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        key = (pair.source, fetched.partition)
+        m = self.metrics.partition(pair.source, pair.target, fetched.partition)
+        chunks = self.pending.setdefault(key, deque())
+        # Reports may come while the batches are appended (a full queue is served): the
+        # chunk is in place first, its end unknown (None) until the append is done.
+        chunk: list = [None, 0, 0, -1]
+        chunks.append(chunk)
+        records, size, last_offset, last_ts = self._forward_batches(
+            pair, fetched, with_offsets=True, on_delivery=self._reporter(pair, fetched.partition))
+        if records:
+            chunk[:] = [last_offset + 1, records, size, last_ts]
+        else:
+            chunks.pop()
+        # Where the source's next record is (past markers, aborted records, compacted gaps):
+        # the partition's next offset once everything before it is acknowledged.
+        self.read_to[key] = fetched.next_offset
+        self._settle(key, m)
+
+    def _settle(self, key: tuple[str, int], m: Any) -> None:
+        """Chunks the target acknowledged, counted in the metrics."""
+        chunks = self.pending[key]
+        end = self.acked.get(key, 0)
+        while chunks and chunks[0][0] is not None and chunks[0][0] <= end:
+            nxt, records, nbytes, ts = chunks.popleft()
+            self.metrics.copied(m, records, nbytes, ts, nxt)
+        if not chunks and key in self.read_to:
+            m.next_offset = max(m.next_offset, self.read_to[key])
+
+    def _reporter(self, pair: TopicPair, partition: int) -> Any:
+        """The delivery callback of a target partition (one per partition, kept). It only
+        notes how far the target holds the partition (a report per run of offsets: many per
+        round on a compacted source); _settle_all() counts the chunks once per round."""
+        key = (pair.source, partition)
+        found = self.reporters.get(key)
+        if found is not None:
+            return found
+        acked = self.acked
+        self.metered[key] = self.metrics.partition(pair.source, pair.target, partition)
+
+        def delivered(err: KafkaError | None, report: Any) -> None:
             if err is not None:
                 self._failed(pair, partition, err)
                 return
             end = report.offset() + report.count
-            chunks = self.pending[_key]
-            while chunks and chunks[0][0] <= end:
-                nxt, records, nbytes, ts = chunks.popleft()
-                self.metrics.copied(_m, records, nbytes, ts, nxt)
-            self.acked[_key] = max(self.acked.get(_key, 0), end)
+            if end > acked.get(key, 0):
+                acked[key] = end
 
-        self.producer.produce_arrays(pair.target, values, keys=keys, headers=headers,
-                                     timestamps=timestamps, partition=partition,
-                                     offsets=offsets, on_delivery=delivered)
+        self.reporters[key] = delivered
+        return delivered
+
+    def _settle_all(self) -> None:
+        for key, m in self.metered.items():
+            if self.pending.get(key):
+                self._settle(key, m)
 
     def _failed(self, pair: TopicPair, partition: int, err: KafkaError) -> None:
         where = f"{pair.target}[{partition}]"
@@ -199,12 +286,14 @@ class PreserveWriter(Writer):
         self.producer.poll(0)
         if self.errors:
             raise MirrorError(self.errors[0])
+        self._settle_all()
         self._high_watermarks()
         if time.monotonic() - self.last_sync >= self.mirror.group_sync_interval_s:
             self.sync_log_starts()
             self.sync_group_offsets()
 
     def idle(self) -> bool:
+        self._settle_all()
         return not any(self.pending.values())
 
     def finish(self) -> None:
@@ -214,6 +303,7 @@ class PreserveWriter(Writer):
         if left:
             raise MirrorError(f"{left} records not acknowledged by the target within "
                               f"{self.mirror.timeout:.0f} s; run again to resume")
+        self._settle_all()
         self._high_watermarks(0)
         self.sync_log_starts()
         self.sync_group_offsets()
@@ -274,8 +364,11 @@ class PreserveWriter(Writer):
                 if pair is None or tp.offset < 0 or tp.error is not None:
                     continue
                 held = self.acked.get((tp.topic, tp.partition), 0)
+                # (confluent's TopicPartition takes no metadata=None: a group that committed
+                # none gets none)
+                extra = {} if tp.metadata is None else {"metadata": tp.metadata}
                 offsets.append(TopicPartition(pair.target, tp.partition,
-                                              min(tp.offset, held), metadata=tp.metadata))
+                                              min(tp.offset, held), **extra))
             if not offsets:
                 continue
             try:
@@ -367,6 +460,23 @@ class TransactionalWriter(Writer):
         self.records += len(messages)
         self.chunks.setdefault(key, []).append((len(messages), size, int(timestamps[-1])))
 
+    def forward(self, pair: TopicPair, fetched: Fetched) -> None:
+        if not fetched.batches:
+            return  # nothing to copy (markers, aborted records, the end): no transaction
+        key = (pair.source, fetched.partition)
+        if not self.in_transaction:
+            self.producer.begin_transaction()
+            self.in_transaction = True
+            self.began = time.monotonic()
+        records, size, last_offset, last_ts = self._forward_batches(
+            pair, fetched, with_offsets=False, on_delivery=self._delivered)
+        if records:
+            # The offset after the last record copied, as with the consumer reader (markers
+            # and aborted records after it are read again after a restart, and skipped).
+            self.next[key] = last_offset + 1
+            self.records += records
+            self.chunks.setdefault(key, []).append((records, size, last_ts))
+
     def _delivered(self, err: KafkaError | None, report: Any) -> None:
         if err is not None:
             self.failed.append(err)
@@ -384,8 +494,9 @@ class TransactionalWriter(Writer):
         try:
             if self.failed:
                 raise KafkaException(self.failed[0])
-            self.producer.send_offsets_to_transaction(offsets, GroupMetadata(self.group),
-                                                      self.mirror.timeout)
+            if offsets:  # none when the batches read held no record past the position
+                self.producer.send_offsets_to_transaction(offsets, GroupMetadata(self.group),
+                                                          self.mirror.timeout)
             self.producer.commit_transaction(self.mirror.timeout)
         except KafkaException as exc:
             self._abort(exc.args[0])
@@ -416,8 +527,7 @@ class TransactionalWriter(Writer):
                                   f"{exc.args[0].str()}") from None
             raise
         for key in self.next:
-            self.mirror.consumer.seek(TopicPartition(key[0], key[1], self.committed[key]))
-            self.mirror.at_end.discard(key)
+            self.mirror.seek(key, self.committed[key])
         self._reset()
 
     def _reset(self) -> None:
