@@ -29,8 +29,26 @@ def producer(broker: KipBroker, **extra) -> KafkaProducer:
 
 
 def consumer(broker: KipBroker, *topics: str, **extra) -> KafkaConsumer:
+    """A consumer subscribed to ``topics`` once it knows their partitions.
+
+    kafka-python's group leader assigns from the metadata it holds when it joins, and for
+    topics named at construction it does not wait for their first Metadata answer: a few runs
+    in dozens logged its range assignor's "No partition metadata for topic" and kept an empty
+    assignment for the test's whole 15 s. Asking for the topic's partitions first (and failing
+    if the broker never reports them) makes the join start from the topic's metadata."""
+    c = _consumer(broker, **extra)
+    if topics:
+        deadline = time.monotonic() + TIMEOUT
+        for topic in topics:
+            while not c.partitions_for_topic(topic):
+                assert time.monotonic() < deadline, f"the broker never reported {topic}"
+                time.sleep(0.05)
+        c.subscribe(list(topics))
+    return c
+
+
+def _consumer(broker: KipBroker, **extra) -> KafkaConsumer:
     return KafkaConsumer(
-        *topics,
         bootstrap_servers=broker.bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
