@@ -77,8 +77,10 @@ def setup(tmp_path_factory) -> Iterator[Setup]:
         log.append(txn_batch(1000, 0, b"c0", b"c1"), assign_offsets=True)
         log.append_marker(1000, 0, commit=True)
         log.append(txn_batch(1001, 0, b"a0", b"a1"), assign_offsets=True)
-        log.append(plain_batch(b"p0"), assign_offsets=True)
+        # Read before p0 is encoded (stamped with the time then): taken after its append, a
+        # millisecond tick in between made the marker after p0 the first record at or after it.
         p0_timestamp = int(time.time() * 1000)
+        log.append(plain_batch(b"p0"), assign_offsets=True)
         log.append_marker(1001, 0, commit=False)
         log.append(txn_batch(1000, 2, b"c2"), assign_offsets=True)
         log.append_marker(1000, 0, commit=True)
