@@ -550,12 +550,75 @@ cdef class RecordAccumulator:
         self.buffered_messages += 1
         return True
 
+    cdef int _make_room(self, PartitionState st, Py_ssize_t wire, bint new_run, int mode,
+                        bint has_offset, int64_t offset, int64_t timestamp) except -1:
+        """Room for one record of ``wire`` bytes (_append and _append_raw): 0 when the queue
+        bounds are reached; else 1, with a new run started, the batch opened, or its buffer
+        grown, and the run's timestamps kept."""
+        cdef bint opening
+        opening = st.count == 0 and st.unit_count == 0
+        if (self.buffered_messages >= self.max_messages
+                or (self.buffered_bytes + wire + (BATCH_OVERHEAD if opening else 0)
+                    + (BATCH_HEADER_SIZE if new_run else 0) > self.max_bytes
+                    and self.buffered_messages)):
+            return 0
+        if new_run:
+            # The current run becomes one of the batch's earlier runs; the new one gets a
+            # header of its own (written at drain, with the producer fields).
+            if st.runs is None:
+                st.runs = []
+            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
+            st.unit_count += st.count
+            bytebuf_reserve(&st.buf, BATCH_HEADER_SIZE + wire)
+            st.run_start = st.buf.size
+            st.buf.size += BATCH_HEADER_SIZE
+            st.count = 0
+            st.base_offset = offset
+            st.base_ts = timestamp
+            st.max_ts = timestamp
+            self.buffered_bytes += BATCH_HEADER_SIZE
+        elif opening:
+            self.buffered_bytes += BATCH_OVERHEAD
+            # Room for a typical full batch up front, so the buffer rarely grows (and copies).
+            pool_take(&st.buf, BATCH_HEADER_SIZE + wire)
+            bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
+            st.buf.size = BATCH_HEADER_SIZE
+            st.run_start = 0
+            st.mode = mode
+            st.base_offset = offset if has_offset else 0
+            st.base_ts = timestamp
+            st.max_ts = timestamp
+            st.opened_ms = clock_ms(CLOCK_MONOTONIC)
+        else:
+            bytebuf_reserve(&st.buf, wire)
+            if timestamp > st.max_ts:
+                st.max_ts = timestamp
+        return 1
+
+    cdef inline int _appended(self, PartitionState st, Py_ssize_t wire, int mode,
+                              int64_t offset, object opaque) except -1:
+        """Bookkeeping after a record is written (_append and _append_raw): its report
+        target, the counts and the partition's last offset."""
+        cdef Py_ssize_t index
+        index = st.unit_count + st.count  # the record's index in the batch
+        if st.opaque_runs is None:
+            if opaque is not None:
+                st.opaque_runs = [(0, None), (index, opaque)] if index else [(0, opaque)]
+        elif last_run_opaque(st.opaque_runs) is not opaque:
+            st.opaque_runs.append((index, opaque))
+        st.count += 1
+        if mode == MODE_USE_OFFSETS:
+            st.last_offset = offset
+        self.buffered_bytes += wire
+        self.buffered_messages += 1
+        return 1
+
     cdef int _append(self, PartitionState st, Blob *key, Blob *value, object headers,
                      int64_t timestamp, int mode, int64_t offset, object opaque) except -1:
         """Append one record; returns 1, or 0 when the buffer bounds are reached."""
-        cdef Py_ssize_t hsize = 1, hcount = 0, body, wire, index
+        cdef Py_ssize_t hsize = 1, hcount = 0, body, wire
         cdef bint has_offset = mode != MODE_ASSIGN
-        cdef bint new_run, opening
+        cdef bint new_run
         cdef unsigned char *p
         cdef int64_t ts_delta
         if has_offset and offset < 0:
@@ -594,43 +657,8 @@ cdef class RecordAccumulator:
             ts_delta = 0
             body = record_body_size(0, 0, key, value, hsize)
             wire = varint_size(body) + body
-        opening = st.count == 0 and st.unit_count == 0
-        if (self.buffered_messages >= self.max_messages
-                or (self.buffered_bytes + wire + (BATCH_OVERHEAD if opening else 0)
-                    + (BATCH_HEADER_SIZE if new_run else 0) > self.max_bytes
-                    and self.buffered_messages)):
+        if not self._make_room(st, wire, new_run, mode, has_offset, offset, timestamp):
             return 0
-        if new_run:
-            # The current run becomes one of the batch's earlier runs; the new one gets a
-            # header of its own (written at drain, with the producer fields).
-            if st.runs is None:
-                st.runs = []
-            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
-            st.unit_count += st.count
-            bytebuf_reserve(&st.buf, BATCH_HEADER_SIZE + wire)
-            st.run_start = st.buf.size
-            st.buf.size += BATCH_HEADER_SIZE
-            st.count = 0
-            st.base_offset = offset
-            st.base_ts = timestamp
-            st.max_ts = timestamp
-            self.buffered_bytes += BATCH_HEADER_SIZE
-        elif opening:
-            self.buffered_bytes += BATCH_OVERHEAD
-            # Room for a typical full batch up front, so the buffer rarely grows (and copies).
-            pool_take(&st.buf, BATCH_HEADER_SIZE + wire)
-            bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
-            st.buf.size = BATCH_HEADER_SIZE
-            st.run_start = 0
-            st.mode = mode
-            st.base_offset = offset if has_offset else 0
-            st.base_ts = timestamp
-            st.max_ts = timestamp
-            st.opened_ms = clock_ms(CLOCK_MONOTONIC)
-        else:
-            bytebuf_reserve(&st.buf, wire)
-            if timestamp > st.max_ts:
-                st.max_ts = timestamp
         p = write_record_head(st.buf.data + st.buf.size, body, ts_delta, st.count, key, value)
         if headers is None:
             p[0] = 0
@@ -638,18 +666,7 @@ cdef class RecordAccumulator:
         else:
             p = write_headers(p, headers, hcount)
         st.buf.size = p - st.buf.data
-        index = st.unit_count + st.count  # the record's index in the batch
-        if st.opaque_runs is None:
-            if opaque is not None:
-                st.opaque_runs = [(0, None), (index, opaque)] if index else [(0, opaque)]
-        elif last_run_opaque(st.opaque_runs) is not opaque:
-            st.opaque_runs.append((index, opaque))
-        st.count += 1
-        if mode == MODE_USE_OFFSETS:
-            st.last_offset = offset
-        self.buffered_bytes += wire
-        self.buffered_messages += 1
-        return 1
+        return self._appended(st, wire, mode, offset, opaque)
 
     def append(self, str topic not None, int32_t partition, key, value, headers=None, timestamp=None,
                offset=None, opaque=None, expected_offset=None):
@@ -925,9 +942,9 @@ cdef class RecordAccumulator:
                          int64_t timestamp, int mode, int64_t offset, object opaque) except -1:
         """_append for a record whose key, value and headers are already encoded (``tail``,
         copied as is): the same batch, run and bound rules. Returns 1, or 0 when full."""
-        cdef Py_ssize_t body, wire, index
+        cdef Py_ssize_t body, wire
         cdef bint has_offset = mode != MODE_ASSIGN
-        cdef bint new_run = False, opening
+        cdef bint new_run = False
         cdef unsigned char *p
         cdef int64_t ts_delta
         if mode == MODE_USE_OFFSETS and offset <= st.last_offset:
@@ -956,58 +973,15 @@ cdef class RecordAccumulator:
             ts_delta = 0
             body = 1 + 1 + 1 + tail_size
             wire = varint_size(body) + body
-        opening = st.count == 0 and st.unit_count == 0
-        if (self.buffered_messages >= self.max_messages
-                or (self.buffered_bytes + wire + (BATCH_OVERHEAD if opening else 0)
-                    + (BATCH_HEADER_SIZE if new_run else 0) > self.max_bytes
-                    and self.buffered_messages)):
+        if not self._make_room(st, wire, new_run, mode, has_offset, offset, timestamp):
             return 0
-        if new_run:
-            if st.runs is None:
-                st.runs = []
-            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
-            st.unit_count += st.count
-            bytebuf_reserve(&st.buf, BATCH_HEADER_SIZE + wire)
-            st.run_start = st.buf.size
-            st.buf.size += BATCH_HEADER_SIZE
-            st.count = 0
-            st.base_offset = offset
-            st.base_ts = timestamp
-            st.max_ts = timestamp
-            self.buffered_bytes += BATCH_HEADER_SIZE
-        elif opening:
-            self.buffered_bytes += BATCH_OVERHEAD
-            pool_take(&st.buf, BATCH_HEADER_SIZE + wire)
-            bytebuf_reserve(&st.buf, max(BATCH_HEADER_SIZE + wire, min(self.batch_size, 65536)))
-            st.buf.size = BATCH_HEADER_SIZE
-            st.run_start = 0
-            st.mode = mode
-            st.base_offset = offset if has_offset else 0
-            st.base_ts = timestamp
-            st.max_ts = timestamp
-            st.opened_ms = clock_ms(CLOCK_MONOTONIC)
-        else:
-            bytebuf_reserve(&st.buf, wire)
-            if timestamp > st.max_ts:
-                st.max_ts = timestamp
         p = write_varint(st.buf.data + st.buf.size, body)
         p[0] = 0  # record attributes: unused
         p = write_varint(p + 1, ts_delta)
         p = write_varint(p, st.count)
         memcpy(p, tail, tail_size)
         st.buf.size = p + tail_size - st.buf.data
-        index = st.unit_count + st.count
-        if st.opaque_runs is None:
-            if opaque is not None:
-                st.opaque_runs = [(0, None), (index, opaque)] if index else [(0, opaque)]
-        elif last_run_opaque(st.opaque_runs) is not opaque:
-            st.opaque_runs.append((index, opaque))
-        st.count += 1
-        if mode == MODE_USE_OFFSETS:
-            st.last_offset = offset
-        self.buffered_bytes += wire
-        self.buffered_messages += 1
-        return 1
+        return self._appended(st, wire, mode, offset, opaque)
 
     cdef void _close_log_append_time(self, PartitionState st):
         """Close the open batch as a LogAppendTime one: its records' timestamps are the batch's
