@@ -34,6 +34,8 @@ extensions = [
     accel("records", "crc32c_impl.c"),
     accel("accumulator", "crc32c_impl.c"),
     accel("produce_wire"),
+    accel("held_io"),
+    accel("sender_lock"),
 ]
 
 setup(

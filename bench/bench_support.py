@@ -66,6 +66,19 @@ def create_topics(bootstrap: str, *topics: str) -> None:
         admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
 
 
+def delete_topics(bootstrap: str, *topics: str) -> None:
+    """Delete a finished run's topics. The benchmark broker keeps its data on tmpfs, that is
+    in memory: left in place, a run of 4 contenders x 3 rounds x 1M records held ~1.6 GB, and
+    from about 1.5 GB on this VM's page allocations slowed every process (system time of the
+    client and the broker up ~4x, the same client's rate down to half), so the later rounds
+    measured the machine, not the contenders. Each run starts from the same memory state."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    for future in admin.delete_topics(list(topics), operation_timeout=30).values():
+        future.result(60)
+
+
 class Deliveries:
     """Counts what the delivery callbacks report: ``on_record`` for per-record callbacks
     (confluent-kafka's, produce_batch), ``on_batch`` for produce_arrays' BatchDelivery."""

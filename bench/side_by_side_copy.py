@@ -38,6 +38,7 @@ from bench_support import (
     broker_data_dir,
     child_env,
     create_topics,
+    delete_topics,
     peak_rss_mib,
     start_kip_broker,
 )
@@ -256,6 +257,7 @@ def main(argv=None) -> None:
                     checked[rate] = verify_copy(bootstrap, topic, n, rate)
                     line += f" (gap rate {rate:g}); checked: {checked[rate]}"
                 print(line, file=sys.stderr)
+                delete_topics(bootstrap, topic, f"{topic}-warm-up")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -33,6 +33,7 @@ from bench_support import (
     broker_data_dir,
     child_env,
     create_topics,
+    delete_topics,
     peak_rss_mib,
     start_kip_broker,
 )
@@ -228,6 +229,7 @@ def main(argv=None) -> None:
                     raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
                 result = json.loads(out.stdout.strip().splitlines()[-1])
                 results[name].append(result)
+                delete_topics(bootstrap, topic, f"{topic}-warm-up")
                 print(f"{name:26s} {args.records / result['seconds'] / 1e6:6.2f} M rec/s "
                       f"cpu {result['cpu']:.2f} s rss {result['rss_mib']:.0f} MiB",
                       file=sys.stderr)

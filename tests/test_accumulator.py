@@ -414,3 +414,103 @@ def test_append_dicts_reads_every_form_of_message_dict():
     assert out[0] == out[1] == out[2] == out[3]
     assert len(out[0]) == 20 and out[0][0][3:] == (b"k0", b"v0", [("h", b"0")],
                                                    1_700_000_000_000)
+
+
+class _Key(str):
+    """A str subclass header key: not cached (its text could be anything its class says)."""
+
+
+def _append_dicts(acc, messages, start=0, stop=None):
+    failed = []
+    queued = acc.append_dicts("t", messages, start, len(messages) if stop is None else stop,
+                              None, 0, 1 << 20, "target", lambda cb: cb, (None, None),
+                              lambda m, code, text: failed.append((code, text)))
+    return queued, failed
+
+
+def test_append_dicts_headers_encoded_once_read_back_as_given():
+    """Headers copied from an earlier record's encoding (the same pairs) read back exactly as
+    the general path writes them, and whatever cannot be cached is encoded per record."""
+    shared = [("source", b"bench"), ("trace", "text")]
+    forms = [
+        shared, shared,                                  # the same list
+        [("source", b"bench"), ("trace", "text")],       # equal pairs, new tuples: re-encoded
+        [shared[0], shared[1]], [shared[0], shared[1]],  # new lists of the same pairs
+        tuple(shared),                                   # a tuple of the same pairs
+        [], [],                                          # no headers, as an empty list
+        [("k", None)], [("k", None)],                    # a null value
+        [("k", bytearray(b"mutable"))],                  # mutable value: per record
+        [("k", memoryview(b"view"))],
+        {"dict": b"form"}, {"dict": b"form"},            # a dict: per record
+        [(_Key("sub"), b"v")],                           # str subclass key: per record
+        [("n%d" % i, b"%d" % i) for i in range(17)],     # more pairs than cached
+        shared, None, shared,
+    ]
+    messages = [{"value": b"v%d" % i, "key": b"k", "timestamp": 1_700_000_000_000 + i,
+                 **({} if h is None else {"headers": h})} for i, h in enumerate(forms)]
+    acc = RecordAccumulator(linger_ms=0)
+    assert _append_dicts(acc, messages) == (len(forms), [])
+    assert acc.headers_reused >= 6  # the cached path was taken, not only the general one
+    general = RecordAccumulator(linger_ms=0)
+    for m in messages:
+        general.append("t", 0, m["key"], m["value"], m.get("headers"), m["timestamp"])
+    assert general.headers_reused == 0
+    got, want = records_of(drained(acc)), records_of(drained(general))
+    assert got == want
+    expected = [[] if h is None else
+                [(k, None if v is None else v.encode() if isinstance(v, str) else bytes(v))
+                 for k, v in (h.items() if isinstance(h, dict) else h)]
+                for h in forms]
+    assert [r[5] for r in got] == expected
+
+
+def test_append_dicts_header_cache_sees_a_changed_list():
+    """The same list object with other pairs in it (changed between calls) is encoded anew."""
+    pairs = [("h", b"first")]
+    messages = [{"value": b"a", "headers": pairs}, {"value": b"b", "headers": pairs}]
+    acc = RecordAccumulator(linger_ms=0)
+    assert _append_dicts(acc, messages, 0, 1) == (1, [])
+    pairs[0] = ("h", b"second")
+    assert _append_dicts(acc, messages, 1, 2) == (1, [])
+    pairs.append(("more", b"x"))
+    assert _append_dicts(acc, [{"value": b"c", "headers": pairs}]) == (1, [])
+    assert [r[5] for r in records_of(drained(acc))] == [
+        [("h", b"first")], [("h", b"second")], [("h", b"second"), ("more", b"x")]]
+
+
+def test_append_dicts_bad_headers_fail_the_message_either_way():
+    """A pair that cannot be encoded fails its message with _INVALID_ARG whether it is met on
+    the way into the cache or on the general path; the others go."""
+    good = [("h", b"ok")]
+    messages = [{"value": b"1", "headers": good},
+                {"value": b"2", "headers": [("h", "\ud800")]},   # not encodable as UTF-8
+                {"value": b"3", "headers": good},
+                {"value": b"4", "headers": [("h", 5)]},           # not bytes / str
+                {"value": b"5", "headers": [("h", b"x", b"y")]},  # not a pair
+                {"value": b"6", "headers": [(None, b"x")]},       # no key
+                {"value": b"7", "headers": good}]
+    acc = RecordAccumulator(linger_ms=0)
+    queued, failed = _append_dicts(acc, messages)
+    assert queued == 3
+    assert [code for code, _ in failed] == ["_INVALID_ARG"] * 4
+    assert [r[4] for r in records_of(drained(acc))] == [b"1", b"3", b"7"]
+
+
+def test_append_arrays_headers_encoded_once_match_per_record_appends():
+    values = [b"v%d" % i for i in range(40)]
+    per_record = [[("i", b"%d" % (i % 3))] if i % 4 else None for i in range(40)]
+    constant = [("tag", b"same")]
+    per_record_same = [constant] * 40
+    for headers in ([("shared", b"1"), ("two", None)], {"as": b"dict"}, per_record,
+                    per_record_same):
+        acc = RecordAccumulator(linger_ms=0)
+        assert acc.append_arrays("t", 0, values, headers=headers, timestamps=[7] * 40) == 40
+        general = RecordAccumulator(linger_ms=0)
+        for i, value in enumerate(values):
+            h = headers[i] if headers is per_record or headers is per_record_same else headers
+            general.append("t", 0, None, value, h, 7)
+        assert records_of(drained(acc)) == records_of(drained(general))
+        if headers is per_record_same:
+            assert acc.headers_reused == 39
+    with pytest.raises(TypeError):  # a bad shared pair refuses the call before any append
+        RecordAccumulator().append_arrays("t", 0, values, headers=[("k", 5)])

@@ -18,8 +18,11 @@ from cpython.buffer cimport (
     PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.list cimport PyList_GET_SIZE
 from cpython.object cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from posix.time cimport CLOCK_MONOTONIC, CLOCK_REALTIME, clock_gettime, timespec
@@ -33,11 +36,12 @@ from batch_layout cimport (
 from batch_writer cimport BatchFields, write_batch_header, write_batch_header_known_records_crc
 from crc32c_c cimport kip_crc32c
 from record_writer cimport (
-    Blob, ByteBuf, blob_from, blob_release, bytebuf_free, bytebuf_reserve, header_items,
-    headers_wire_size, record_body_size, write_headers, write_record_head,
+    Blob, ByteBuf, blob_from, blob_release, bytebuf_free, bytebuf_reserve, encode_headers,
+    header_items, headers_wire_size, record_body_size, write_headers, write_record_head,
 )
 from varint cimport read_varint32, read_varint64, varint_size, write_varint
 
+import sys
 from collections import deque
 
 import numpy as np
@@ -64,6 +68,145 @@ cdef inline object last_run_opaque(list runs):
     # Indexing is explicit: the module compiles with wraparound=False, so runs[-1] is not
     # "the last one" here.
     return (<tuple>runs[len(runs) - 1])[1]
+
+
+# ---- reading produce_batch's message dicts ---------------------------------------------------
+# The fields a message dict may hold, read in one walk over the dict (read_fields) instead of
+# a lookup per field: a produce_batch message has three to five keys and nine possible fields.
+cdef enum:
+    F_VALUE = 0
+    F_KEY = 1
+    F_PARTITION = 2
+    F_TIMESTAMP = 3
+    F_HEADERS = 4
+    F_CALLBACK = 5
+    F_ON_DELIVERY = 6
+    F_OFFSET = 7
+    F_EXPECTED_OFFSET = 8
+    F_COUNT = 9
+
+# Interned, so a key written as a literal in the caller's code is the same object.
+FIELD_NAMES = tuple(sys.intern(name) for name in (
+    "value", "key", "partition", "timestamp", "headers", "callback", "on_delivery", "offset",
+    "expected_offset"))
+cdef PyObject *field_names[F_COUNT]
+for _j, _name in enumerate(FIELD_NAMES):
+    field_names[_j] = <PyObject *>_name    # FIELD_NAMES keeps them alive
+
+
+cdef int lookup_fields(dict m, PyObject **f) except -1:
+    """read_fields the long way: one dict lookup per field, with the dict's own equality."""
+    cdef int j
+    for j in range(F_COUNT):
+        f[j] = PyDict_GetItemWithError(m, <object>field_names[j])
+    return 0
+
+
+cdef inline int read_fields(dict m, PyObject **f) except -1:
+    """``f[F_...]``: each field's value in ``m`` as a borrowed reference, NULL when absent,
+    as ``m.get(name)`` finds it. One walk over the dict: keys are compared by identity with
+    the interned names, then by text (a key built at run time). A dict with a key that is not
+    exactly a str (whose equality could be anything) is read with lookups instead."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject *k
+    cdef PyObject *v
+    cdef int j
+    for j in range(F_COUNT):
+        f[j] = NULL
+    while PyDict_Next(m, &pos, &k, &v):
+        for j in range(F_COUNT):
+            if k == field_names[j]:
+                f[j] = v
+                break
+        else:
+            if type(<object>k) is not str:
+                return lookup_fields(m, f)
+            for j in range(F_COUNT):
+                if <str>k == <str>field_names[j]:
+                    f[j] = v
+                    break
+    return 0
+
+
+cdef inline object field(PyObject **f, int j):
+    """A field's value, None when absent (the caller holds a reference from here on)."""
+    return None if f[j] == NULL else <object>f[j]
+
+
+# Headers a cache entry may hold: more pairs than this go the general way each time.
+cdef enum:
+    HEADER_CACHE_MAX_PAIRS = 16
+
+
+@cython.final
+cdef class HeaderWire:
+    """The wire bytes of the headers last seen, known again by the identity of their pairs.
+
+    produce_batch users give every record the same headers: the same list, or new lists of
+    the same (key, value) tuples (a literal pair is one constant object). Encoding them once
+    and copying the bytes into each record costs a few pointer compares instead of a walk
+    through the pairs. Only pairs that cannot change are cached: exact tuples of an exact str
+    key and an exact bytes or str value or None, held here so that no other object can take
+    their address while the bytes stand for them.
+    """
+    cdef tuple pairs                   # the pairs ``wire`` was encoded from
+    cdef bytes wire                    # count varint and every header, as in a record
+    cdef readonly Py_ssize_t hits
+
+    cdef inline bint known(self, object headers) noexcept:
+        """Are ``headers`` (a list or tuple) the pairs the cached bytes were encoded from?"""
+        cdef Py_ssize_t n, j
+        cdef PyObject **have
+        cdef PyObject **want
+        if self.pairs is None:
+            return False
+        if type(headers) is list:
+            n = PyList_GET_SIZE(headers)
+        elif type(headers) is tuple:
+            n = PyTuple_GET_SIZE(headers)
+        else:
+            return False
+        if n != PyTuple_GET_SIZE(self.pairs):
+            return False
+        have = PySequence_Fast_ITEMS(headers)
+        want = PySequence_Fast_ITEMS(self.pairs)
+        for j in range(n):
+            if have[j] != want[j]:
+                return False
+        return True
+
+    cdef bint learn(self, object headers) except -1:
+        """Encode and keep ``headers`` when every pair can be cached; False (nothing kept)
+        when some pair cannot, and the record takes the general path. Raises what encoding
+        the pairs raises (a header value that is not valid UTF-8 text, say)."""
+        cdef Py_ssize_t n, j
+        cdef PyObject **items
+        cdef object pair, value
+        if type(headers) is not list and type(headers) is not tuple:
+            return False
+        n = len(headers)
+        if n > HEADER_CACHE_MAX_PAIRS:
+            return False
+        items = PySequence_Fast_ITEMS(headers)
+        for j in range(n):
+            pair = <object>items[j]
+            if type(pair) is not tuple or PyTuple_GET_SIZE(pair) != 2:
+                return False
+            if type(<object>PyTuple_GET_ITEM(pair, 0)) is not str:
+                return False
+            value = <object>PyTuple_GET_ITEM(pair, 1)
+            if not (value is None or type(value) is bytes or type(value) is str):
+                return False
+        self.wire = encode_headers(headers)
+        self.pairs = tuple(headers)
+        return True
+
+    cdef inline bint find(self, object headers) except -1:
+        """True when the wire bytes of ``headers`` are at ``wire`` (known, or learned now)."""
+        if self.known(headers):
+            self.hits += 1
+            return True
+        return self.learn(headers)
 
 
 cdef inline int64_t clock_ms(int which) noexcept nogil:
@@ -374,6 +517,7 @@ cdef class RecordAccumulator:
     # leader's features. Off: a gap closes the batch.
     cdef public bint pack_runs
     cdef dict _topics                  # topic -> list of PartitionState (index = partition)
+    cdef HeaderWire _headers_seen      # the last per-record headers encoded (HeaderWire)
     cdef str _last_topic
     cdef int32_t _last_partition
     cdef PartitionState _last_state
@@ -398,6 +542,7 @@ cdef class RecordAccumulator:
         self.codec = codec_id(compression)
         self.transactional = transactional
         self._topics = {}
+        self._headers_seen = HeaderWire()
         self._last_topic = None
         self.set_producer(producer_id, producer_epoch)
 
@@ -447,6 +592,11 @@ cdef class RecordAccumulator:
 
     def partition_state(self, str topic, int32_t partition):
         return self._state(topic, partition)
+
+    @property
+    def headers_reused(self):
+        """Records whose headers were copied from an earlier record's encoding (HeaderWire)."""
+        return self._headers_seen.hits
 
     def set_next_sequence(self, str topic not None, int32_t partition, int32_t sequence):
         """Resume a partition's sequence (e.g. after restoring producer state)."""
@@ -515,10 +665,13 @@ cdef class RecordAccumulator:
         return 0
 
     cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
+                                  const unsigned char *hwire, Py_ssize_t hwire_size,
                                   int64_t timestamp, int mode, int64_t offset,
                                   object opaque) noexcept:
-        """The common case, with no Python objects: a record with no headers or opaque that
-        continues the open batch and fits it. Returns False to send the caller to _append."""
+        """The common case, with no Python objects: a record that continues the open batch
+        (same report target) and fits it. Its headers are ``hwire`` (their wire bytes, count
+        varint included, ``hwire_size`` long) or none when ``hwire`` is NULL. Returns False
+        to send the caller to _append."""
         cdef int64_t ts_delta
         cdef Py_ssize_t body, wire
         cdef unsigned char *p
@@ -532,15 +685,21 @@ cdef class RecordAccumulator:
         if mode != st.mode or (mode != MODE_ASSIGN and offset != st.base_offset + st.count):
             return False
         ts_delta = timestamp - st.base_ts
-        body = record_body_size(ts_delta, st.count, key, value, 1)
+        body = record_body_size(ts_delta, st.count, key, value,
+                                hwire_size if hwire != NULL else 1)
         wire = varint_size(body) + body
         if (st.buf.size + wire > self.batch_size or st.buf.size + wire > st.buf.capacity
                 or self.buffered_messages >= self.max_messages
                 or self.buffered_bytes + wire > self.max_bytes):
             return False
         p = write_record_head(st.buf.data + st.buf.size, body, ts_delta, st.count, key, value)
-        p[0] = 0  # no headers
-        st.buf.size = p + 1 - st.buf.data
+        if hwire == NULL:
+            p[0] = 0  # no headers
+            p += 1
+        else:
+            memcpy(p, hwire, hwire_size)
+            p += hwire_size
+        st.buf.size = p - st.buf.data
         if timestamp > st.max_ts:
             st.max_ts = timestamp
         st.count += 1
@@ -614,8 +773,11 @@ cdef class RecordAccumulator:
         return 1
 
     cdef int _append(self, PartitionState st, Blob *key, Blob *value, object headers,
+                     const unsigned char *hwire, Py_ssize_t hwire_size,
                      int64_t timestamp, int mode, int64_t offset, object opaque) except -1:
-        """Append one record; returns 1, or 0 when the buffer bounds are reached."""
+        """Append one record; returns 1, or 0 when the buffer bounds are reached. Its headers
+        are ``headers`` (pairs, from header_items()), else ``hwire`` (wire bytes as
+        _append_fast takes them), else none."""
         cdef Py_ssize_t hsize = 1, hcount = 0, body, wire
         cdef bint has_offset = mode != MODE_ASSIGN
         cdef bint new_run
@@ -633,6 +795,8 @@ cdef class RecordAccumulator:
                     f"{st.last_offset}; explicit offsets must strictly increase per partition")
         if headers is not None:
             hsize = headers_wire_size(headers, &hcount)
+        elif hwire != NULL:
+            hsize = hwire_size
         # A new batch starts on a mode change, an offset gap, or when this record won't fit;
         # with pack_runs an offset gap starts a new run (RecordBatch) in the same batch.
         new_run = False
@@ -660,11 +824,14 @@ cdef class RecordAccumulator:
         if not self._make_room(st, wire, new_run, mode, has_offset, offset, timestamp):
             return 0
         p = write_record_head(st.buf.data + st.buf.size, body, ts_delta, st.count, key, value)
-        if headers is None:
+        if headers is not None:
+            p = write_headers(p, headers, hcount)
+        elif hwire != NULL:
+            memcpy(p, hwire, hwire_size)
+            p += hwire_size
+        else:
             p[0] = 0
             p += 1
-        else:
-            p = write_headers(p, headers, hcount)
         st.buf.size = p - st.buf.data
         return self._appended(st, wire, mode, offset, opaque)
 
@@ -697,10 +864,11 @@ cdef class RecordAccumulator:
             blob_release(&kb)
             raise
         try:
-            if headers is None and self._append_fast(st, &kb, &vb, ts, mode, off, opaque):
+            if headers is None and self._append_fast(st, &kb, &vb, NULL, 1, ts, mode, off,
+                                                     opaque):
                 added = 1
             else:
-                added = self._append(st, &kb, &vb, headers, ts, mode, off, opaque)
+                added = self._append(st, &kb, &vb, headers, NULL, 0, ts, mode, off, opaque)
         finally:
             blob_release(&kb)
             blob_release(&vb)
@@ -735,7 +903,12 @@ cdef class RecordAccumulator:
         cdef Blob kb, vb
         cdef PartitionState st
         cdef object shared_headers = None
+        cdef bytes shared_wire = None, wire
+        cdef object h
+        cdef const unsigned char *hwire
+        cdef Py_ssize_t hwire_size
         cdef list header_list = None
+        cdef HeaderWire seen = self._headers_seen
         kb.has_view = False
         vb.has_view = False
         column_init(&vcol)
@@ -780,6 +953,9 @@ cdef class RecordAccumulator:
                     else:
                         shared_headers = header_list
                         header_list = None
+                if shared_headers is not None:
+                    # One encoding for every record (a bad pair raises before any append)
+                    shared_wire = encode_headers(shared_headers)
             if not per_record_part:
                 st = self._state(topic, part)
             for i in range(n):
@@ -798,17 +974,27 @@ cdef class RecordAccumulator:
                     kb.size = -1
                 ts = ts_arr[i] if has_ts else now
                 off = off_arr[i] if has_off else expected_base + i
+                h = None
+                wire = shared_wire
                 if per_record_headers:
                     h = header_list[i]
-                    h = None if h is None else header_items(h)
-                elif shared_headers is None:
-                    if self._append_fast(st, &kb, &vb, ts, mode, off, opaque):
-                        appended += 1
-                        continue
-                    h = None
+                    if h is not None:
+                        if seen.find(h):
+                            h = None
+                            wire = seen.wire
+                        else:
+                            h = header_items(h)
+                if wire is None:
+                    hwire = NULL
+                    hwire_size = 1
                 else:
-                    h = shared_headers
-                if not self._append(st, &kb, &vb, h, ts, mode, off, opaque):
+                    hwire = <const unsigned char *>PyBytes_AS_STRING(wire)
+                    hwire_size = PyBytes_GET_SIZE(wire)
+                if h is None and self._append_fast(st, &kb, &vb, hwire, hwire_size, ts, mode,
+                                                   off, opaque):
+                    appended += 1
+                    continue
+                if not self._append(st, &kb, &vb, h, hwire, hwire_size, ts, mode, off, opaque):
                     break
                 appended += 1
         finally:
@@ -835,6 +1021,10 @@ cdef class RecordAccumulator:
         cdef dict m
         cdef object part_obj, key, value, headers, ts_obj, own, off_obj, exp_obj, target
         cdef object last_own = None, last_target = None, refusal
+        cdef PyObject *f[F_COUNT]
+        cdef HeaderWire seen = self._headers_seen
+        cdef const unsigned char *hwire
+        cdef Py_ssize_t hwire_size
         cdef int32_t part
         cdef int64_t now = clock_ms(CLOCK_REALTIME)
         cdef int64_t ts, off
@@ -852,9 +1042,18 @@ cdef class RecordAccumulator:
             if not isinstance(item, dict):
                 raise TypeError(f"messages[{i}] must be a dict, not {type(item).__name__}")
             m = <dict>item
-            part_obj = m.get("partition")
-            off_obj = m.get("offset")
-            exp_obj = m.get("expected_offset")
+            read_fields(m, f)
+            # References of our own from here: the code below may run Python code.
+            part_obj = field(f, F_PARTITION)
+            off_obj = field(f, F_OFFSET)
+            exp_obj = field(f, F_EXPECTED_OFFSET)
+            value = field(f, F_VALUE)
+            key = field(f, F_KEY)
+            ts_obj = field(f, F_TIMESTAMP)
+            own = field(f, F_CALLBACK)
+            if own is None:
+                own = field(f, F_ON_DELIVERY)
+            headers = field(f, F_HEADERS)
             try:
                 part = call_partition if part_obj is None else part_obj
             except (TypeError, OverflowError) as exc:
@@ -883,8 +1082,6 @@ cdef class RecordAccumulator:
                 mode, off = MODE_ASSIGN, 0
             if part < 0:
                 part = chosen_arr[i] if per_record_chosen else chosen_one
-            value = m.get("value")
-            key = m.get("key")
             try:
                 blob_from(key, &kb, "key")
             except TypeError as exc:
@@ -902,25 +1099,28 @@ cdef class RecordAccumulator:
                          f"{(vb.size if vb.size > 0 else 0) + (kb.size if kb.size > 0 else 0)} "
                          f"bytes > message.max.bytes={max_bytes}")
                     continue
-                ts_obj = m.get("timestamp")
                 ts = now if (ts_obj is None or not ts_obj) else ts_obj
-                own = m.get("callback")
-                if own is None:
-                    own = m.get("on_delivery")
                 if own is None:
                     target = default_target
                 else:
                     if own is not last_own:
                         last_own, last_target = own, make_target(own)
                     target = last_target
-                headers = m.get("headers")
                 st = self._state(topic, part)
-                if headers is None and self._append_fast(st, &kb, &vb, ts, mode, off, target):
+                hwire = NULL
+                hwire_size = 1
+                if headers is not None and seen.find(headers):
+                    headers = None
+                    hwire = <const unsigned char *>PyBytes_AS_STRING(seen.wire)
+                    hwire_size = PyBytes_GET_SIZE(seen.wire)
+                if headers is None and self._append_fast(st, &kb, &vb, hwire, hwire_size, ts,
+                                                         mode, off, target):
                     added = 1
                 else:
                     if headers is not None:
                         headers = header_items(headers)
-                    added = self._append(st, &kb, &vb, headers, ts, mode, off, target)
+                    added = self._append(st, &kb, &vb, headers, hwire, hwire_size, ts, mode,
+                                         off, target)
             except (TypeError, ValueError, OverflowError) as exc:
                 fail(m, "_INVALID_ARG", str(exc))
                 continue
@@ -1539,6 +1739,14 @@ def key_lengths(keys):
     return scan_keys(keys, SCAN_LENGTH, np.int64)
 
 
+cdef inline int check_payload(PyObject *value, str name, Py_ssize_t index) except -1:
+    """confluent-kafka's check of a message's value or key (absent or None passes)."""
+    if (value == NULL or <object>value is None or PyBytes_CheckExact(<object>value)
+            or isinstance(<object>value, (bytes, str)) or PyObject_CheckBuffer(<object>value)):
+        return 0
+    raise TypeError(f"Message {name} at index {index} must be bytes or str")
+
+
 def scan_messages(list messages, int32_t call_partition):
     """produce_batch's check before anything is queued, with confluent-kafka's errors: every
     message a dict, value and key bytes, str, a buffer or None, partition an int, headers a
@@ -1546,7 +1754,8 @@ def scan_messages(list messages, int32_t call_partition):
     message has no partition of its own and the call gives none (the partitioner runs)."""
     cdef Py_ssize_t i
     cdef dict m
-    cdef object part, field
+    cdef object part, value
+    cdef PyObject *f[F_COUNT]
     cdef bint needs = False
     for i in range(len(messages)):
         item = messages[i]
@@ -1554,20 +1763,18 @@ def scan_messages(list messages, int32_t call_partition):
             raise TypeError(f"expected list of dicts, message at index {i} is "
                             f"{type(item).__name__}")
         m = <dict>item
-        for name in ("value", "key"):
-            field = m.get(name)
-            if not (field is None or isinstance(field, (bytes, str))
-                    or PyObject_CheckBuffer(field)):
-                raise TypeError(f"Message {name} at index {i} must be bytes or str")
-        part = m.get("partition")
+        read_fields(m, f)
+        check_payload(f[F_VALUE], "value", i)
+        check_payload(f[F_KEY], "key", i)
+        part = field(f, F_PARTITION)
         if part is None:
             needs = needs or call_partition < 0
         elif not isinstance(part, int):
             raise TypeError(f"Message partition at index {i} must be int")
         elif part < 0:
             needs = needs or call_partition < 0
-        field = m.get("headers")
-        if field is not None and not isinstance(field, (list, tuple, dict)):
+        value = field(f, F_HEADERS)
+        if value is not None and not isinstance(value, (list, tuple, dict)):
             raise ValueError(f"Invalid headers at index {i}")
     return needs
 

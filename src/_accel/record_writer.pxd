@@ -13,7 +13,9 @@
 #     headerKeyLength varint; key UTF-8 (never null)
 #     headerValueLength varint (-1 = null); value bytes
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
+from cpython.bytes cimport (
+    PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_FromStringAndSize, PyBytes_GET_SIZE,
+)
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_Check
 from libc.stdint cimport int32_t, int64_t
@@ -121,6 +123,16 @@ cdef inline unsigned char *write_headers(unsigned char *p, object items, Py_ssiz
         p = write_blob(p, &vb)
         blob_release(&vb)
     return p
+
+
+cdef inline bytes encode_headers(object items):
+    """The headers' wire bytes, count varint included (what write_headers writes), for items
+    from header_items(): encoded once, copied into every record that carries them."""
+    cdef Py_ssize_t count = 0
+    cdef Py_ssize_t size = headers_wire_size(items, &count)
+    cdef bytes wire = PyBytes_FromStringAndSize(NULL, size)
+    write_headers(<unsigned char *>PyBytes_AS_STRING(wire), items, count)
+    return wire
 
 
 cdef inline Py_ssize_t record_body_size(

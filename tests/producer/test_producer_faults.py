@@ -157,6 +157,16 @@ class Cutter:
         while not self._stop.wait(self.every * rng.uniform(0.2, 1.8)):
             self.cut_connections += self.proxy.cut()
 
+    def every_few_chunks(self, produced: int) -> None:
+        """Stream.run's ``between``: every 5th chunk waits (5 s at most) for the proxy's next
+        cut, so a stream spans several cuts however fast the producer gets."""
+        if produced % (5 * CHUNK):
+            return
+        seen = self.cut_connections
+        deadline = time.monotonic() + 5
+        while self.cut_connections == seen and time.monotonic() < deadline:
+            time.sleep(0.002)
+
     def __enter__(self) -> Cutter:
         self._thread.start()
         return self
@@ -174,7 +184,7 @@ def test_connection_cuts_lose_and_duplicate_nothing(kip_process, tcp_proxy, ling
     p = _producer(f"127.0.0.1:{proxy.port}", **{"linger.ms": linger_ms})
     stream = Stream(p, topic)
     with Cutter(proxy) as cutter:
-        stream.run()
+        stream.run(between=cutter.every_few_chunks)
         assert p.flush(60) == 0
     assert not stream.errors, stream.errors[:5]
     assert stream.delivered == N
@@ -328,7 +338,7 @@ def test_connection_cuts_against_tansu(tcp_proxy, tmp_path):
         p = _producer(f"127.0.0.1:{proxy.port}")
         stream = Stream(p, topic)
         with Cutter(proxy) as cutter:
-            stream.run(n=N // 2)
+            stream.run(n=N // 2, between=cutter.every_few_chunks)
             assert p.flush(60) == 0
         assert not stream.errors, stream.errors[:5]
         assert stream.delivered == N // 2

@@ -20,12 +20,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import socket
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from kipproducer import _held_io as held_io
 from kipproducer.protocol import (
     FrameReceiver,
     ProtocolError,
@@ -62,6 +64,57 @@ class BrokerAuthenticationError(BrokerConnectionError):
     """SASL authentication failed: the broker refused the mechanism or the credentials (its
     message is kept), or it could not prove it knows the SCRAM credential. Not retriable: the
     same credentials would be refused again (librdkafka reports this as _AUTHENTICATION)."""
+
+
+class HeldSocket(socket.socket):
+    """The engine's sockets: non-blocking, and their send / receive calls keep the GIL.
+
+    asyncio's transport calls these methods as it calls a plain socket's; only the system
+    calls change (kipproducer._held_io says why: a busy caller thread otherwise delays every
+    send and receive of the engine's sender by a GIL switch interval). Calls with flags,
+    ancillary data or an address are the socket's own.
+    """
+
+    __slots__ = ()
+
+    def send(self, data, flags: int = 0) -> int:  # type: ignore[override]
+        if flags:
+            return super().send(data, flags)
+        return held_io.send(self.fileno(), data)
+
+    def recv_into(self, buffer, nbytes: int = 0, flags: int = 0) -> int:  # type: ignore[override]
+        if flags:
+            return super().recv_into(buffer, nbytes, flags)
+        return held_io.recv_into(self.fileno(), buffer, nbytes)
+
+    def sendmsg(self, buffers, ancdata=(), flags: int = 0,  # type: ignore[override]
+                address=None) -> int:
+        if ancdata or flags or address is not None:
+            return super().sendmsg(buffers, ancdata, flags, address)
+        return held_io.sendmsg(self.fileno(), buffers)
+
+
+async def open_held_socket(loop: asyncio.AbstractEventLoop, host: str,
+                           port: int) -> socket.socket:
+    """A connected non-blocking socket to ``host:port``, trying each address the name has
+    (a HeldSocket on POSIX systems, a plain socket elsewhere)."""
+    kind = HeldSocket if os.name == "posix" else socket.socket
+    last: OSError | None = None
+    for family, type_, proto, _, address in await loop.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM):
+        sock = kind(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            last = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise last or OSError(f"{host} has no address")
 
 
 class BrokerConnection:
@@ -102,8 +155,7 @@ class BrokerConnection:
         self._closed_error = None
         try:
             self._transport, self._stream = await asyncio.wait_for(
-                loop.create_connection(lambda: _ResponseStream(self), self.host, self.port),
-                self.connect_timeout_s)
+                self._open(loop), self.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             raise BrokerConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
@@ -124,6 +176,14 @@ class BrokerConnection:
         except BaseException:
             # Not handed out: close it here (the broker closes a failed SASL connection too).
             await self.close()
+            raise
+
+    async def _open(self, loop: asyncio.AbstractEventLoop):
+        sock = await open_held_socket(loop, self.host, self.port)
+        try:
+            return await loop.create_connection(lambda: _ResponseStream(self), sock=sock)
+        except BaseException:
+            sock.close()
             raise
 
     async def _negotiate(self) -> None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 
 from kipproducer._accumulator import note_appended
+from kipproducer._sender_lock import SenderFirstLock
 from kipproducer.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from kipproducer.alarm import Alarm
 from kipproducer.errors import ProduceOffsetKafkaError
@@ -234,7 +235,9 @@ class Engine:
             linger_ms=config.linger_ms, max_bytes=config.queue_max_kbytes * 1024,
             max_messages=config.queue_max_messages, compression=config.compression,
             transactional=txn is not None)
-        self.lock = threading.Lock()          # guards the accumulator
+        # guards the accumulator; the sender thread gets it ahead of the caller's (fair
+        # to the sender, see kipproducer._sender_lock)
+        self.lock = SenderFirstLock()
         self._reports: deque[DeliveryReport] = deque()
         self._reports_cv = threading.Condition()
         self._outstanding = 0                 # records appended, not yet reported
@@ -499,6 +502,7 @@ class Engine:
     # ---- sender thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        self.lock.bind_sender()
         asyncio.set_event_loop(self._loop)
         self._wake = Wakeup(self._loop)
         config = self.config
