@@ -21,7 +21,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SI
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.list cimport PyList_GET_SIZE
-from cpython.object cimport PyObject
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
@@ -1873,15 +1873,51 @@ cdef object _report_to = None         # producer._ReportTo
 cdef object _engine_lane = None       # producer.ENGINE
 cdef frozenset _produce_keywords = frozenset()
 
+ctypedef object (*KeywordsFunction)(object self, object args, object kwargs)
+
+cdef extern from "Python.h":
+    ctypedef struct PyMethodDef:
+        void *ml_meth
+        int ml_flags
+    ctypedef struct PyMethodDescrObject:
+        PyMethodDef *d_method
+    int METH_VARARGS
+    int METH_KEYWORDS
+    PyTypeObject PyMethodDescr_Type
+
+# confluent-kafka's produce() as the C function behind its method descriptor, when it is a
+# METH_VARARGS | METH_KEYWORDS one (it is: it parses a tuple and a dict). Called with our own
+# tuple and keyword dict; through the descriptor, Cython's **kwargs call copied the dict and
+# turned it into vectorcall keywords, which the descriptor then turned back into a dict (330 ns
+# of a 1 us produce() measured).
+cdef KeywordsFunction _librdkafka_produce_c = NULL
+cdef type _librdkafka_class = None     # the class that function takes as self
+
 
 def configure_produce(general, librdkafka_produce, report_to, engine_lane, keywords):
     """Wire the C produce() to the Python layer (kipproducer.producer does this once)."""
     global _general_produce, _librdkafka_produce, _report_to, _engine_lane, _produce_keywords
+    global _librdkafka_produce_c, _librdkafka_class
+    cdef PyMethodDef *method
     _general_produce = general
     _librdkafka_produce = librdkafka_produce
     _report_to = report_to
     _engine_lane = engine_lane
     _produce_keywords = frozenset(keywords)
+    _librdkafka_produce_c = NULL
+    _librdkafka_class = None
+    if type(librdkafka_produce) is <object>&PyMethodDescr_Type:
+        method = (<PyMethodDescrObject *><PyObject *>librdkafka_produce).d_method
+        if method.ml_flags == METH_VARARGS | METH_KEYWORDS:
+            _librdkafka_produce_c = <KeywordsFunction>method.ml_meth
+            _librdkafka_class = librdkafka_produce.__objclass__
+
+
+cdef inline object librdkafka_produce(self, topic, value, key, dict kwargs):
+    """confluent-kafka's produce(self, topic, value, key, **kwargs)."""
+    if _librdkafka_produce_c != NULL and isinstance(self, _librdkafka_class):
+        return _librdkafka_produce_c(self, (topic, value, key), kwargs)
+    return _librdkafka_produce(self, topic, value, key, **kwargs)
 
 
 def note_appended(engine, RecordAccumulator acc not None, Py_ssize_t count):
@@ -1924,7 +1960,7 @@ def produce(self, topic, value=None, key=None, *args, **kwargs):
     if offset is None and expected is None:
         if (engine is None and inst.get("_txn") is None and "offset" not in kwargs
                 and "expected_offset" not in kwargs):
-            return _librdkafka_produce(self, topic, value, key, **kwargs)
+            return librdkafka_produce(self, topic, value, key, kwargs)
         return _general_produce(self, topic, value, key, **kwargs)
     partition = kwargs.get("partition", -1)
     if (offset is not None and expected is not None) or type(partition) is not int \
