@@ -308,7 +308,8 @@ def main(argv=None) -> None:
         f"object columns, {CHUNK:,} records per call. `kip produce_arrays` without offsets is "
         "a reference: the same engine with broker-assigned offsets. CPU is the contender's "
         "process (all threads), broker CPU the broker process's over the run; peak RSS the "
-        "contender's VmHWM.",
+        "contender's VmHWM. After each run (and its check) its topics are deleted, so every "
+        "run starts from the same memory (bench_support.delete_topics).",
         "Checked after every offset-copy run: " + "; ".join(
             f"gap rate {r:g}: {checked.get(r, '-')}" for r in rates) + ".",
         "",

@@ -218,8 +218,9 @@ def main(argv=None) -> None:
               "How: the mirror reads the source with Fetch requests of its own and hands "
               "whole record batches to the engine, whose C code copies each record's key, "
               "value and headers bytes as they are (mirror/fetcher.py, docs/mirror.md); no "
-              "record becomes a Python object. The confluent loop pays about 6 us per record "
-              "in consume() and produce(). The mirror's client CPU is in the table; the rest "
+              "record becomes a Python object. The confluent loop pays a consume() and a "
+              "produce() per record (its client CPU per record is in the table). The "
+              "mirror's client CPU is in the table too; the rest "
               "of its time is the two brokers' work (both `kip broker`s in Python) and the "
               "start and end of a run (topic checks, resume points, group offset sync).", ""]
     section = "\n".join(lines)

@@ -903,7 +903,9 @@ cdef class RecordAccumulator:
         cdef Blob kb, vb
         cdef PartitionState st
         cdef object shared_headers = None
-        cdef bytes shared_wire = None, wire
+        cdef bytes shared_wire = None
+        cdef const unsigned char *shared_hwire = NULL   # shared_wire's bytes (NULL: none)
+        cdef Py_ssize_t shared_hwire_size = 1
         cdef object h
         cdef const unsigned char *hwire
         cdef Py_ssize_t hwire_size
@@ -956,6 +958,8 @@ cdef class RecordAccumulator:
                 if shared_headers is not None:
                     # One encoding for every record (a bad pair raises before any append)
                     shared_wire = encode_headers(shared_headers)
+                    shared_hwire = <const unsigned char *>PyBytes_AS_STRING(shared_wire)
+                    shared_hwire_size = PyBytes_GET_SIZE(shared_wire)
             if not per_record_part:
                 st = self._state(topic, part)
             for i in range(n):
@@ -974,22 +978,24 @@ cdef class RecordAccumulator:
                     kb.size = -1
                 ts = ts_arr[i] if has_ts else now
                 off = off_arr[i] if has_off else expected_base + i
-                h = None
-                wire = shared_wire
-                if per_record_headers:
-                    h = header_list[i]
-                    if h is not None:
-                        if seen.find(h):
-                            h = None
-                            wire = seen.wire
-                        else:
-                            h = header_items(h)
-                if wire is None:
-                    hwire = NULL
-                    hwire_size = 1
-                else:
-                    hwire = <const unsigned char *>PyBytes_AS_STRING(wire)
-                    hwire_size = PyBytes_GET_SIZE(wire)
+                if not per_record_headers:  # none, or the call's (encoded once)
+                    if not self._append_fast(st, &kb, &vb, shared_hwire, shared_hwire_size, ts,
+                                             mode, off, opaque) and not self._append(
+                            st, &kb, &vb, None, shared_hwire, shared_hwire_size, ts, mode, off,
+                            opaque):
+                        break
+                    appended += 1
+                    continue
+                h = header_list[i]
+                hwire = NULL
+                hwire_size = 1
+                if h is not None:
+                    if seen.find(h):
+                        h = None
+                        hwire = <const unsigned char *>PyBytes_AS_STRING(seen.wire)
+                        hwire_size = PyBytes_GET_SIZE(seen.wire)
+                    else:
+                        h = header_items(h)
                 if h is None and self._append_fast(st, &kb, &vb, hwire, hwire_size, ts, mode,
                                                    off, opaque):
                     appended += 1

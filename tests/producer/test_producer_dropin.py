@@ -166,3 +166,26 @@ def test_unknown_kip_property_fails_at_construction():
     with pytest.raises(KafkaException) as info:
         kp.Producer({"bootstrap.servers": "127.0.0.1:1", "no.such.property": "1"})
     assert info.value.args[0].code() == KafkaError._INVALID_ARG
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    (("t", 5), {}),                                   # a value that is not bytes
+    (("t", b"v"), {"bogus": 1}),                      # an unknown keyword
+    (("t", b"v"), {"partition": "0"}),                # a partition that is not an int
+    (("t", b"v"), {"headers": 5}),                    # headers of the wrong type
+    ((5, b"v"), {}),                                  # a topic that is not a str
+])
+def test_plain_produce_refuses_as_confluent_does(args, kwargs):
+    """A plain produce() (engine not in use) is confluent-kafka's C produce called directly
+    with our tuple and keyword dict: the same exception, with the same words."""
+    conf = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}
+    errors = []
+    for cls in (confluent_kafka.Producer, kp.Producer):
+        p = cls(conf)
+        given = dict(kwargs)
+        with pytest.raises(Exception) as info:
+            p.produce(*args, **kwargs)
+        errors.append((type(info.value), str(info.value)))
+        assert kwargs == given  # the caller's dict is left as it was
+    assert errors[0] == errors[1]
+
