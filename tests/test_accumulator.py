@@ -514,3 +514,45 @@ def test_append_arrays_headers_encoded_once_match_per_record_appends():
             assert acc.headers_reused == 39
     with pytest.raises(TypeError):  # a bad shared pair refuses the call before any append
         RecordAccumulator().append_arrays("t", 0, values, headers=[("k", 5)])
+
+
+class _Meddler:
+    """A dict key hashing like "timestamp" whose equality test takes "value" out of the dict:
+    the lookup of "timestamp" (absent) runs it, after "value" was found."""
+
+    def __init__(self, target: dict) -> None:
+        self.target = target
+        self.armed = False
+
+    def __hash__(self) -> int:
+        return hash("timestamp")
+
+    def __eq__(self, other) -> bool:
+        if self.armed and "value" in self.target:
+            del self.target["value"]
+            # Same size, other bytes: takes the freed value's memory if anything still
+            # pointed there (a borrowed reference would now read x's).
+            self.junk = bytes(bytearray(b"x" * 5000))
+        return False
+
+
+def test_message_dict_changed_by_its_own_key_lookup():
+    """A dict whose key equality changes the dict while the fields are looked up: the value
+    found before stays alive and is the one written (it was a borrowed reference once)."""
+    from kipproducer._accumulator import scan_messages
+
+    def message():
+        m = {"value": bytes(bytearray(b"v" * 5000)), "key": b"k", "partition": 0}
+        meddler = _Meddler(m)
+        m[meddler] = None
+        meddler.armed = True
+        assert "value" in m
+        return m
+
+    messages = [message() for _ in range(50)]
+    assert scan_messages(messages, -1) is False
+    messages = [message() for _ in range(50)]
+    acc = RecordAccumulator(linger_ms=0)
+    queued, failed = _append_dicts(acc, messages)
+    assert (queued, failed) == (50, [])
+    assert [r[4] for r in records_of(drained(acc))] == [b"v" * 5000] * 50

@@ -94,19 +94,24 @@ for _j, _name in enumerate(FIELD_NAMES):
     field_names[_j] = <PyObject *>_name    # FIELD_NAMES keeps them alive
 
 
-cdef int lookup_fields(dict m, PyObject **f) except -1:
-    """read_fields the long way: one dict lookup per field, with the dict's own equality."""
+cdef tuple lookup_fields(dict m, PyObject **f):
+    """read_fields the long way: ``m.get`` per field, with the dict's own equality. That
+    equality may run Python code, which may change the dict: the values are kept in the
+    tuple returned, which the caller holds while it reads ``f``."""
+    cdef tuple values = tuple([m.get(<object>field_names[j]) for j in range(F_COUNT)])
     cdef int j
     for j in range(F_COUNT):
-        f[j] = PyDict_GetItemWithError(m, <object>field_names[j])
-    return 0
+        f[j] = NULL if values[j] is None else <PyObject *>values[j]
+    return values
 
 
-cdef inline int read_fields(dict m, PyObject **f) except -1:
+cdef inline tuple read_fields(dict m, PyObject **f):
     """``f[F_...]``: each field's value in ``m`` as a borrowed reference, NULL when absent,
-    as ``m.get(name)`` finds it. One walk over the dict: keys are compared by identity with
-    the interned names, then by text (a key built at run time). A dict with a key that is not
-    exactly a str (whose equality could be anything) is read with lookups instead."""
+    as ``m.get(name)`` finds it. One walk over the dict, in which no Python code runs: keys
+    are compared by identity with the interned names, then by text (a key built at run time).
+    A dict with a key that is not exactly a str (whose equality could be anything) is read
+    with lookups instead, and the tuple returned holds those values (else None). The caller
+    takes references of its own (``field``) before anything that may run Python code."""
     cdef Py_ssize_t pos = 0
     cdef PyObject *k
     cdef PyObject *v
@@ -125,7 +130,7 @@ cdef inline int read_fields(dict m, PyObject **f) except -1:
                 if <str>k == <str>field_names[j]:
                     f[j] = v
                     break
-    return 0
+    return None
 
 
 cdef inline object field(PyObject **f, int j):
@@ -1028,6 +1033,7 @@ cdef class RecordAccumulator:
         cdef object part_obj, key, value, headers, ts_obj, own, off_obj, exp_obj, target
         cdef object last_own = None, last_target = None, refusal
         cdef PyObject *f[F_COUNT]
+        cdef tuple looked_up
         cdef HeaderWire seen = self._headers_seen
         cdef const unsigned char *hwire
         cdef Py_ssize_t hwire_size
@@ -1048,7 +1054,7 @@ cdef class RecordAccumulator:
             if not isinstance(item, dict):
                 raise TypeError(f"messages[{i}] must be a dict, not {type(item).__name__}")
             m = <dict>item
-            read_fields(m, f)
+            looked_up = read_fields(m, f)
             # References of our own from here: the code below may run Python code.
             part_obj = field(f, F_PARTITION)
             off_obj = field(f, F_OFFSET)
@@ -1060,6 +1066,7 @@ cdef class RecordAccumulator:
             if own is None:
                 own = field(f, F_ON_DELIVERY)
             headers = field(f, F_HEADERS)
+            looked_up = None
             try:
                 part = call_partition if part_obj is None else part_obj
             except (TypeError, OverflowError) as exc:
@@ -1745,10 +1752,10 @@ def key_lengths(keys):
     return scan_keys(keys, SCAN_LENGTH, np.int64)
 
 
-cdef inline int check_payload(PyObject *value, str name, Py_ssize_t index) except -1:
-    """confluent-kafka's check of a message's value or key (absent or None passes)."""
-    if (value == NULL or <object>value is None or PyBytes_CheckExact(<object>value)
-            or isinstance(<object>value, (bytes, str)) or PyObject_CheckBuffer(<object>value)):
+cdef inline int check_payload(object value, str name, Py_ssize_t index) except -1:
+    """confluent-kafka's check of a message's value or key (None passes)."""
+    if (value is None or PyBytes_CheckExact(value) or isinstance(value, (bytes, str))
+            or PyObject_CheckBuffer(value)):
         return 0
     raise TypeError(f"Message {name} at index {index} must be bytes or str")
 
@@ -1760,8 +1767,9 @@ def scan_messages(list messages, int32_t call_partition):
     message has no partition of its own and the call gives none (the partitioner runs)."""
     cdef Py_ssize_t i
     cdef dict m
-    cdef object part, value
+    cdef object part, value, key, headers
     cdef PyObject *f[F_COUNT]
+    cdef tuple looked_up
     cdef bint needs = False
     for i in range(len(messages)):
         item = messages[i]
@@ -1769,18 +1777,21 @@ def scan_messages(list messages, int32_t call_partition):
             raise TypeError(f"expected list of dicts, message at index {i} is "
                             f"{type(item).__name__}")
         m = <dict>item
-        read_fields(m, f)
-        check_payload(f[F_VALUE], "value", i)
-        check_payload(f[F_KEY], "key", i)
+        looked_up = read_fields(m, f)
+        # References of our own before the checks (isinstance may run Python code)
+        value = field(f, F_VALUE)
+        key = field(f, F_KEY)
         part = field(f, F_PARTITION)
+        headers = field(f, F_HEADERS)
+        check_payload(value, "value", i)
+        check_payload(key, "key", i)
         if part is None:
             needs = needs or call_partition < 0
         elif not isinstance(part, int):
             raise TypeError(f"Message partition at index {i} must be int")
         elif part < 0:
             needs = needs or call_partition < 0
-        value = field(f, F_HEADERS)
-        if value is not None and not isinstance(value, (list, tuple, dict)):
+        if headers is not None and not isinstance(headers, (list, tuple, dict)):
             raise ValueError(f"Invalid headers at index {i}")
     return needs
 
