@@ -18,7 +18,7 @@ from cpython.buffer cimport (
     PyBUF_SIMPLE, PyBuffer_Release, PyObject_CheckBuffer, PyObject_GetBuffer,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_CheckExact, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
+from cpython.dict cimport PyDict_Next
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.list cimport PyList_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
@@ -156,6 +156,8 @@ cdef class HeaderWire:
     """
     cdef tuple pairs                   # the pairs ``wire`` was encoded from
     cdef bytes wire                    # count varint and every header, as in a record
+    cdef const unsigned char *ptr      # wire's bytes and length, for the record writer
+    cdef Py_ssize_t size
     cdef readonly Py_ssize_t hits
 
     cdef inline bint known(self, object headers) noexcept:
@@ -203,11 +205,14 @@ cdef class HeaderWire:
             if not (value is None or type(value) is bytes or type(value) is str):
                 return False
         self.wire = encode_headers(headers)
+        self.ptr = <const unsigned char *>PyBytes_AS_STRING(self.wire)
+        self.size = PyBytes_GET_SIZE(self.wire)
         self.pairs = tuple(headers)
         return True
 
     cdef inline bint find(self, object headers) except -1:
-        """True when the wire bytes of ``headers`` are at ``wire`` (known, or learned now)."""
+        """True when the wire bytes of ``headers`` are at ``ptr`` / ``size`` (known, or
+        learned now)."""
         if self.known(headers):
             self.hits += 1
             return True
@@ -997,8 +1002,8 @@ cdef class RecordAccumulator:
                 if h is not None:
                     if seen.find(h):
                         h = None
-                        hwire = <const unsigned char *>PyBytes_AS_STRING(seen.wire)
-                        hwire_size = PyBytes_GET_SIZE(seen.wire)
+                        hwire = seen.ptr
+                        hwire_size = seen.size
                     else:
                         h = header_items(h)
                 if h is None and self._append_fast(st, &kb, &vb, hwire, hwire_size, ts, mode,
@@ -1124,8 +1129,8 @@ cdef class RecordAccumulator:
                 hwire_size = 1
                 if headers is not None and seen.find(headers):
                     headers = None
-                    hwire = <const unsigned char *>PyBytes_AS_STRING(seen.wire)
-                    hwire_size = PyBytes_GET_SIZE(seen.wire)
+                    hwire = seen.ptr
+                    hwire_size = seen.size
                 if headers is None and self._append_fast(st, &kb, &vb, hwire, hwire_size, ts,
                                                          mode, off, target):
                     added = 1
