@@ -1,25 +1,36 @@
-"""Suite-wide: a per-test time limit, for the test directories that start servers.
+"""Suite-wide: how the two xdist workers share the tests, and every test's time limit.
 
-A directory turns it on by overriding the ``test_time_limit_s`` fixture in its conftest.py;
-a test changes its own with ``@pytest.mark.time_limit(seconds)``. SIGALRM is delivered to the
-main thread between bytecodes, so a hang fails its test instead of the whole run.
+Every test gets a pytest-timeout limit (setup, call and teardown together): the directory's
+from ``TIME_LIMITS_S`` below, or ``DEFAULT_TIME_LIMIT_S``; a test sets its own with
+``@pytest.mark.timeout(seconds)``. pytest-timeout's signal method raises in the test's thread
+and dumps every thread's stack, so a hang fails that test by name and the run goes on.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "time_limit(seconds): per-test time limit")
-
-
 SPARK_TESTS = "tests/spark/"
+
+# Seconds per test by directory; the longest tests carry their own marker.
+TIME_LIMITS_S = {
+    "tests/broker/": 60,
+    "tests/integration/": 60,
+    "tests/kip/": 120,
+    "tests/mirror/": 120,
+    "tests/producer/": 120,
+    "tests/security/": 120,
+    "tests/spark/": 300,
+}
+DEFAULT_TIME_LIMIT_S = 120
+
+
+def time_limit_s(nodeid: str) -> float:
+    for directory, limit in TIME_LIMITS_S.items():
+        if nodeid.startswith(directory):
+            return limit
+    return DEFAULT_TIME_LIMIT_S
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -30,6 +41,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     2-core machine), and they go first, being the longest group, so the other worker runs the
     rest meanwhile. Without xdist the groups are unused and only the order changes."""
     for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(time_limit_s(item.nodeid)))
         if item.get_closest_marker("xdist_group") is None:
             path = item.nodeid.split("::", 1)[0]
             group = "spark" if path.startswith(SPARK_TESTS) else path
@@ -37,28 +50,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: not item.nodeid.startswith(SPARK_TESTS))  # stable
 
 
-@pytest.fixture
-def test_time_limit_s() -> float | None:
-    """Seconds a test may run; None: no limit (the default outside the server tests)."""
-    return None
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Name a failure the moment it happens, not only in the summary at the end: with ``-q``
+    a failure is otherwise one ``F`` among thousands of dots until the run finishes."""
+    if report.failed:
+        config = _config
+        if config is None or hasattr(config, "workerinput"):  # xdist worker: the controller prints
+            return
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"\nFAILED {report.nodeid} ({report.when})", red=True)
 
 
-@pytest.fixture(autouse=True)
-def _time_limit(request: pytest.FixtureRequest, test_time_limit_s: float | None) -> Iterator[None]:
-    marker = request.node.get_closest_marker("time_limit")
-    limit = marker.args[0] if marker else test_time_limit_s
-    if (limit is None or threading.current_thread() is not threading.main_thread()
-            or not hasattr(signal, "setitimer")):
-        yield
-        return
+_config: pytest.Config | None = None
 
-    def expired(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"test ran longer than {limit} s")
 
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def pytest_configure(config: pytest.Config) -> None:
+    global _config
+    _config = config

@@ -16,7 +16,6 @@ import pytest
 from integration_support import BrokerFactory
 
 #: Safety net only: every wait in the tests has its own, much shorter, timeout.
-TEST_TIMEOUT_S = 60
 
 
 @pytest.fixture
@@ -36,12 +35,6 @@ def module_broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     factory = BrokerFactory(tmp_path_factory.mktemp("module-broker"))
     yield factory
     factory.close()
-
-
-@pytest.fixture
-def test_time_limit_s() -> float:
-    """Every integration test has a time limit (tests/conftest.py): a hang fails the test."""
-    return TEST_TIMEOUT_S
 
 
 @pytest.fixture(autouse=True)

@@ -68,7 +68,7 @@ def until_done(call, what: str, timeout: float = 45.0):
             time.sleep(0.2)
 
 
-@pytest.mark.time_limit(240)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", list(PRODUCERS))
 def test_kill_9_during_transaction_rounds(kip_broker, kind: str) -> None:
     broker = kip_broker(config=BROKER_CONFIG, allow_tracebacks=False)

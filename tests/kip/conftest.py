@@ -29,13 +29,6 @@ def client(broker):
     c.close()
 
 
-TEST_TIMEOUT_S = 120
-
-
-@pytest.fixture
-def test_time_limit_s() -> float:
-    """A hang fails its test instead of the run (tests/conftest.py; ``time_limit`` marker)."""
-    return TEST_TIMEOUT_S
 
 
 @pytest.fixture

@@ -227,7 +227,7 @@ def kip_broker_process(tmp_path):
         assert code == 0, f"broker exited with {code}:\n{proc.log_tail()}"
 
 
-@pytest.mark.time_limit(150)
+@pytest.mark.timeout(150)
 def test_racing_writer_processes_never_interleave(kip_broker_process):
     """Four processes, one producer each, append K-record batches to one partition of a
     ``kip broker`` subprocess, each expecting the log end it last learnt (from its own

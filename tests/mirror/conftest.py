@@ -15,12 +15,6 @@ from kipproducer.broker.embedded import EmbeddedBroker
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "producer"))
 from producer_support import TansuBroker, tansu_binary  # noqa: E402
 
-TEST_TIMEOUT_S = 120
-
-
-@pytest.fixture
-def test_time_limit_s() -> float:
-    return TEST_TIMEOUT_S
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,7 @@ class Feeder(threading.Thread):
             self.error = exc
 
 
-@pytest.mark.time_limit(240)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["preserve", "transactional"])
 def test_kill_minus_nine_ten_times(source, target, mode, tmp_path):
     prefix = unique("kill")

@@ -21,12 +21,6 @@ from producer_support import KipProcess, TansuBroker, TcpProxy, tansu_binary
 
 from kipproducer.broker.embedded import EmbeddedBroker
 
-TEST_TIMEOUT_S = 120
-
-
-@pytest.fixture
-def test_time_limit_s() -> float:
-    return TEST_TIMEOUT_S
 
 
 class Broker:

@@ -176,7 +176,7 @@ class Cutter:
         self._thread.join(10)
 
 
-@pytest.mark.time_limit(100)
+@pytest.mark.timeout(100)
 @pytest.mark.parametrize("linger_ms", [0, 5])
 def test_connection_cuts_lose_and_duplicate_nothing(kip_process, tcp_proxy, linger_ms):
     broker, proxy = _proxied_broker(kip_process, tcp_proxy)
@@ -193,7 +193,7 @@ def test_connection_cuts_lose_and_duplicate_nothing(kip_process, tcp_proxy, ling
     p.close()
 
 
-@pytest.mark.time_limit(60)
+@pytest.mark.timeout(60)
 def test_unanswered_requests_time_out_and_are_resent(kip_process, tcp_proxy):
     """A broker that stops answering on a connection: after request.timeout.ms the engine
     closes it and resends on a new one; the idempotent retries land once."""
@@ -222,7 +222,7 @@ def test_unanswered_requests_time_out_and_are_resent(kip_process, tcp_proxy):
     p.close()
 
 
-@pytest.mark.time_limit(100)
+@pytest.mark.timeout(100)
 def test_refused_batches_during_cuts(kip_process, tcp_proxy):
     """A batch the broker refuses for good (MESSAGE_TOO_LARGE, on another topic) makes an
     idempotent producer take a new producer id; batches that failed with a lost connection
@@ -258,7 +258,7 @@ def test_refused_batches_during_cuts(kip_process, tcp_proxy):
     p.close()
 
 
-@pytest.mark.time_limit(100)
+@pytest.mark.timeout(100)
 def test_broker_restart_mid_stream(kip_process, tcp_proxy):
     """SIGTERM, then the same broker (port, data dir) again, while records are in flight."""
     broker, proxy = _proxied_broker(kip_process, tcp_proxy)
@@ -283,7 +283,7 @@ def test_broker_restart_mid_stream(kip_process, tcp_proxy):
     p.close()
 
 
-@pytest.mark.time_limit(120)
+@pytest.mark.timeout(120)
 def test_broker_sigkill_with_cuts(kip_process, tcp_proxy):
     """SIGKILL (log.flush.interval.messages=1) plus connection cuts: every record reported
     delivered is in the log exactly once, and nothing is in it twice."""
@@ -324,7 +324,7 @@ def test_broker_sigkill_with_cuts(kip_process, tcp_proxy):
     p.close()
 
 
-@pytest.mark.time_limit(100)
+@pytest.mark.timeout(100)
 def test_connection_cuts_against_tansu(tcp_proxy, tmp_path):
     """The same stream and cuts against a broker that is not ours."""
     binary = tansu_binary()

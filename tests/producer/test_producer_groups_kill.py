@@ -58,7 +58,7 @@ def committed(bootstrap: str, group: str) -> dict[int, int]:
         c.close()
 
 
-@pytest.mark.time_limit(180)
+@pytest.mark.timeout(180)
 def test_kill_minus_nine_twice(kip, mode, tmp_path):
     topic = create_topic(kip.bootstrap, unique("pg-kill"), COUNT)
     group = unique("pg-kill")

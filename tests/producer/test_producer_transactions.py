@@ -456,7 +456,7 @@ def test_authorization_errors():
 # ---- faults ---------------------------------------------------------------------------------
 
 
-@pytest.mark.time_limit(100)
+@pytest.mark.timeout(100)
 def test_commit_timeout_is_retriable_and_cuts_lose_nothing(kip_process, tcp_proxy):
     """A commit that runs out of time is retriable (called again, it finishes the same
     transaction); connections cut inside transactions lose and duplicate nothing."""
@@ -505,7 +505,7 @@ def test_commit_timeout_is_retriable_and_cuts_lose_nothing(kip_process, tcp_prox
     p.close()
 
 
-@pytest.mark.time_limit(100)
+@pytest.mark.timeout(100)
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_transaction_goes_on_across_a_broker_restart(kip_process, how):
     """The broker (coordinator and partition leader) restarts inside a transaction: the

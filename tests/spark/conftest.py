@@ -23,11 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "mirror"))
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
-@pytest.fixture
-def test_time_limit_s() -> float:
-    return 300
-
-
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     if kip_spark.find_java() is None:
