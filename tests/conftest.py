@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-
 SPARK_TESTS = "tests/spark/"
 
 # Seconds per test by directory; the longest tests carry their own marker.

@@ -57,7 +57,8 @@ def read_client_properties(path: str) -> dict[str, str]:
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     """--bootstrap-server and --command-config, as Kafka's own tools take them."""
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="a broker of the cluster to ask")
     parser.add_argument("--command-config", metavar="FILE",
                         help="client properties: security.protocol, sasl.mechanism, "
                              "sasl.username, sasl.password")
@@ -71,7 +72,10 @@ def run_tool(tool: str, client_class: type[BlockingClient], args: argparse.Names
         config = read_client_properties(args.command_config) if args.command_config else {}
         with client_class(args.bootstrap_server, config) as client:
             return action(client, config)
-    except (RequestFailed, OSError, ValueError, ConnectionError) as exc:
+    except (OSError, ConnectionError) as exc:  # the address, not only "[Errno 111] ..."
+        print(f"{tool}: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
+        return 1
+    except (RequestFailed, ValueError) as exc:
         print(f"{tool}: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # e.g. SecurityError from SASL

@@ -80,8 +80,19 @@ def cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kipproducer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kip", description="kipproducer command line")
+    parser.add_argument("--version", action="version", version=f"kip {_version()}",
+                        help="print the installed kipproducer's version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="copy a compacted topic between two embedded brokers "
                                        "with its offsets kept (KIP-391) and compare them")
@@ -101,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a broker property with Kafka's name, e.g. num.partitions=3 or "
                              "log.flush.interval.messages=1 (repeatable)")
     broker.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+                        choices=["debug", "info", "warning", "error"],
+                        help="what the broker logs on stderr (default info)")
     security_cli.add_broker_options(broker)
     broker.set_defaults(func=cmd_broker)
     security_cli.add_parsers(sub)  # kip users, kip acls

@@ -175,7 +175,7 @@ def add_parser(sub: Any) -> None:
     describe_parser = actions.add_parser(
         "describe", help="members, assignments and committed offsets (a producer group's "
                          "source partitions, positions and owners)")
-    describe_parser.add_argument("group")
+    describe_parser.add_argument("group", help="the group id")
     describe_parser.add_argument("--positions-topic", help="a producer group's positions "
                                  "topic when not __kip_positions_<group>")
     describe_parser.set_defaults(action=_describe)

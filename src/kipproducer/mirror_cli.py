@@ -74,11 +74,15 @@ def add_parser(sub: Any) -> None:
                     "log ends; --mode transactional commits records and source offsets in one "
                     "target transaction (KIP-656) and resumes from the target group --group. "
                     "SIGINT/SIGTERM stop it after the current batch or transaction.")
-    parser.add_argument("--source", required=True, metavar="BOOTSTRAP")
-    parser.add_argument("--target", required=True, metavar="BOOTSTRAP")
+    parser.add_argument("--source", required=True, metavar="BOOTSTRAP",
+                        help="bootstrap servers of the cluster copied from")
+    parser.add_argument("--target", required=True, metavar="BOOTSTRAP",
+                        help="bootstrap servers of the cluster copied to")
     parser.add_argument("--topics", required=True, metavar="REGEX",
                         help="source topics to copy (the whole name must match)")
-    parser.add_argument("--mode", choices=("preserve", "transactional"), default="preserve")
+    parser.add_argument("--mode", choices=("preserve", "transactional"), default="preserve",
+                        help="preserve (default): every record at its source offset; "
+                        "transactional: exactly once, source offsets kept in --group")
     parser.add_argument("--group", help="transactional mode: the target group that holds the "
                         "source offsets (required there)")
     parser.add_argument("--source-config", action="append", metavar="NAME=VALUE",

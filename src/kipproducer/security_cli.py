@@ -98,7 +98,7 @@ def _add_users_parser(sub: Any) -> None:
                                          "data dir; a running broker sees changes at once)")
     actions = users.add_subparsers(dest="action", required=True)
     add = actions.add_parser("add", help="add a user or change its password")
-    add.add_argument("name")
+    add.add_argument("name", help="the user name")
     add.add_argument("--password", help="the password (default: read from stdin, or prompted)")
     add.add_argument("--mechanism", action="append", choices=SCRAM_MECHANISMS,
                      help="store a credential for this mechanism only (repeatable; default: "
@@ -106,7 +106,7 @@ def _add_users_parser(sub: Any) -> None:
     add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS,
                      help=f"PBKDF2 iterations (4096..16384, default {DEFAULT_ITERATIONS})")
     remove = actions.add_parser("remove", help="remove a user (or one of its credentials)")
-    remove.add_argument("name")
+    remove.add_argument("name", help="the user name")
     remove.add_argument("--mechanism", choices=SCRAM_MECHANISMS,
                         help="remove only this mechanism's credential")
     listing = actions.add_parser("list", help="list users and their mechanisms")

@@ -208,27 +208,33 @@ def add_parser(sub: Any) -> None:
     actions.add_parser("list", help="every transactional id with its state"
                        ).set_defaults(action=_list)
     describe = actions.add_parser("describe", help="one transaction")
-    describe.add_argument("--transactional-id", required=True)
+    describe.add_argument("--transactional-id", required=True,
+                          help="the transactional.id to describe")
     describe.set_defaults(action=_describe)
     producers = actions.add_parser("describe-producers", help="the producers of a partition")
-    producers.add_argument("--topic", required=True)
-    producers.add_argument("--partition", required=True, type=int)
+    producers.add_argument("--topic", required=True, help="the partition's topic")
+    producers.add_argument("--partition", required=True, type=int, help="the partition")
     producers.set_defaults(action=_describe_producers)
     hanging = actions.add_parser("find-hanging", help="open transactions no coordinator ends")
-    hanging.add_argument("--topic")
-    hanging.add_argument("--partition", type=int)
+    hanging.add_argument("--topic", help="look at this topic only (default: every topic)")
+    hanging.add_argument("--partition", type=int,
+                         help="with --topic: look at this partition only")
     hanging.add_argument("--max-transaction-timeout", type=float,
                          default=DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN, metavar="MINUTES",
                          help="open longer than this counts as a candidate (default 15)")
     hanging.set_defaults(action=_find_hanging)
     abort = actions.add_parser("abort", help="write an abort marker for a hanging transaction")
-    abort.add_argument("--topic", required=True)
-    abort.add_argument("--partition", required=True, type=int)
+    abort.add_argument("--topic", required=True, help="the hanging transaction's topic")
+    abort.add_argument("--partition", required=True, type=int,
+                       help="the hanging transaction's partition")
     abort.add_argument("--start-offset", type=int,
                        help="the first offset of the open transaction (describe-producers)")
-    abort.add_argument("--producer-id", type=int)
-    abort.add_argument("--producer-epoch", type=int)
-    abort.add_argument("--coordinator-epoch", type=int, default=0)
+    abort.add_argument("--producer-id", type=int,
+                       help="instead of --start-offset: the open transaction's producer id")
+    abort.add_argument("--producer-epoch", type=int,
+                       help="with --producer-id: that producer's epoch")
+    abort.add_argument("--coordinator-epoch", type=int, default=0,
+                       help="coordinator epoch written in the marker (default 0)")
     abort.set_defaults(action=_abort)
 
     def check_abort(args: argparse.Namespace) -> int:
