@@ -14,6 +14,7 @@ back with a stock librdkafka consumer:
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -174,6 +175,19 @@ def test_unreachable_cluster_is_a_clear_error(source):
     with pytest.raises(MirrorError, match=r"the target cluster \(127.0.0.1:1\) did not answer"):
         Mirror(source.bootstrap_servers, "127.0.0.1:1", ".*", progress=False,
                timeout=2).run(once=True)
+
+
+def test_once_with_a_pattern_matching_nothing_ends_with_an_error(source, target, capsys):
+    """A typo in --topics: `--once` stops at the first look with one line saying so, instead
+    of waiting for ever on "0 partitions"."""
+    started = time.monotonic()
+    code = cli_main(["mirror", "--source", source.bootstrap_servers, "--target",
+                     target.bootstrap_servers, "--topics", "no-such-topic-.*", "--once",
+                     "--quiet"])
+    assert code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "kip mirror: no source topic matches --topics 'no-such-topic-.*': nothing to copy"]
+    assert time.monotonic() - started < 30  # the mirror's timeout; it answers at once
 
 
 def test_transactional_needs_a_group(source, target):

@@ -129,10 +129,20 @@ class Mirror:
                                            timeout=self.timeout)
             else:
                 self.consumer = self._consumer()
+            waiting_said = False
             while not self._stopping:
                 if time.monotonic() - last_refresh >= self.metadata_interval_s:
                     self._assign(self.topics.refresh())
                     last_refresh = time.monotonic()
+                    if not self.assigned:  # a typo in --topics must not look like a hang
+                        pattern = self.topics.pattern.pattern
+                        if once:
+                            raise MirrorError(f"no source topic matches --topics {pattern!r}: "
+                                              "nothing to copy")
+                        if not waiting_said:
+                            log.warning("no source topic matches %r yet; waiting for one",
+                                        pattern)
+                            waiting_said = True
                 if self.fetcher is not None:
                     self._fetch_round()
                 else:
