@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-
 SPARK_TESTS = "tests/spark/"
 
 # Seconds per test by directory; the longest tests carry their own marker.
@@ -22,6 +21,7 @@ TIME_LIMITS_S = {
     "tests/producer/": 120,
     "tests/security/": 120,
     "tests/spark/": 300,
+    "tests/tls/": 60,
 }
 DEFAULT_TIME_LIMIT_S = 120
 

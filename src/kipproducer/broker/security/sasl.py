@@ -125,12 +125,18 @@ class SaslConfig:
 class SaslSession:
     """Per connection: who the client is, and where it stands in the SASL exchange."""
 
-    def __init__(self, config: SaslConfig, conn_id: int, host: str) -> None:
+    def __init__(self, config: SaslConfig, conn_id: int, host: str, *,
+                 sasl: bool | None = None, principal: str = ANONYMOUS,
+                 listener: object | None = None) -> None:
         self.config = config
         self.conn_id = conn_id
         self.host = host
-        self.principal = ANONYMOUS
-        self.state = State.START if config.enabled else State.AUTHENTICATED
+        #: Whether this connection's listener takes SASL (SASL_PLAINTEXT / SASL_SSL).
+        self.sasl = config.enabled if sasl is None else sasl and config.enabled
+        #: The BrokerServer the client connected to (its address is what Metadata tells).
+        self.listener = listener
+        self.principal = principal
+        self.state = State.START if self.sasl else State.AUTHENTICATED
         self.mechanism: str | None = None
         self.raw_tokens = False  # after a v0 SaslHandshake (no Kafka headers on tokens)
         self.close_requested = False
@@ -160,7 +166,7 @@ class SaslSession:
     def handshake(self, mechanism: str, version: int) -> tuple[int, list[str]]:
         """(error code, mechanisms to list in the response)."""
         enabled = list(self.config.mechanisms)
-        if not self.config.enabled:
+        if not self.sasl:
             return ILLEGAL_SASL_STATE, enabled
         if self.state is State.AUTHENTICATED:
             # Kafka answers a handshake after authentication this way (no re-authentication).
@@ -182,7 +188,7 @@ class SaslSession:
 
     async def authenticate(self, token: bytes) -> tuple[int, str | None, bytes]:
         """(error code, error message, server token) for one SaslAuthenticate request."""
-        if not self.config.enabled:
+        if not self.sasl:
             return ILLEGAL_SASL_STATE, "SASL is not enabled on this listener", b""
         if self.state is State.AUTHENTICATED:
             return (ILLEGAL_SASL_STATE,
