@@ -11,8 +11,14 @@ Kafka's clients do (KIP-43, KIP-152): SaslHandshake v1 naming the mechanism, the
 SaslAuthenticate carrying the mechanism's tokens (PLAIN: one; SCRAM: client-first and
 client-final, and the broker's signature is checked). Only then is the connection handed out.
 A refusal is a :class:`BrokerAuthenticationError`: retrying with the same credentials would be
-refused again. Re-authentication (KIP-368) is not done: a broker that ends the session closes
-the connection, and the engine reconnects as after any lost connection.
+refused again.
+
+With TLS (security.protocol SSL / SASL_SSL, engine/tls.py) the socket is wrapped by asyncio's
+SSL transport before anything is sent; a failed handshake (an unknown CA, a certificate that
+does not name the host) is a :class:`BrokerTlsError`, as final as a refused password.
+
+Re-authentication (KIP-368) is not done: a broker that ends the session closes the
+connection, and the engine reconnects as after any lost connection.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import itertools
 import logging
 import os
 import socket
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -44,6 +51,7 @@ from kipproducer.sasl.errors import AuthenticationFailed
 from kipproducer.sasl.scram import ScramClient
 
 from .config import SaslSettings
+from .tls import TlsSettings, describe_handshake_error
 
 log = logging.getLogger("kipproducer.engine")
 
@@ -64,6 +72,15 @@ class BrokerAuthenticationError(BrokerConnectionError):
     """SASL authentication failed: the broker refused the mechanism or the credentials (its
     message is kept), or it could not prove it knows the SCRAM credential. Not retriable: the
     same credentials would be refused again (librdkafka reports this as _AUTHENTICATION)."""
+
+
+class BrokerTlsError(BrokerAuthenticationError):
+    """The TLS handshake failed (the broker's certificate is not trusted or does not name the
+    host, or the broker refused ours). Not retriable: the next handshake would fail alike."""
+
+
+class _HandshakeLost(Exception):
+    """The broker closed the TCP connection in the middle of the TLS handshake."""
 
 
 class HeldSocket(socket.socket):
@@ -120,8 +137,9 @@ async def open_held_socket(loop: asyncio.AbstractEventLoop, host: str,
 class BrokerConnection:
     def __init__(self, node_id: int, host: str, port: int, client_id: str, *,
                  request_timeout_s: float = 30.0, connect_timeout_s: float = 10.0,
-                 sasl: SaslSettings | None = None) -> None:
+                 sasl: SaslSettings | None = None, tls: TlsSettings | None = None) -> None:
         self.node_id = node_id
+        self.tls = tls
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -141,6 +159,7 @@ class BrokerConnection:
         self._watchdog_at = 0.0  # when it fires (time.monotonic())
         self.on_writable: Callable[[], None] | None = None  # runs when a full buffer drains
         self._closed_error: BaseException | None = None
+        self._peer_closed = False  # the broker closed the connection (EOF)
 
     @property
     def connected(self) -> bool:
@@ -153,9 +172,19 @@ class BrokerConnection:
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
         self._closed_error = None
+        self._peer_closed = False
         try:
             self._transport, self._stream = await asyncio.wait_for(
                 self._open(loop), self.connect_timeout_s)
+        except ssl.SSLError as exc:
+            assert self.tls is not None
+            raise BrokerTlsError(describe_handshake_error(
+                exc, self.tls, f"broker {self.node_id} at {self.host}:{self.port}")) from None
+        except _HandshakeLost as exc:
+            raise BrokerTlsError(
+                f"broker {self.node_id} at {self.host}:{self.port} closed the connection during "
+                f"the TLS handshake ({exc}): is it a TLS listener? (security.protocol=SSL or "
+                "SASL_SSL needs one; a PLAINTEXT listener drops the TLS hello)") from None
         except (OSError, TimeoutError) as exc:
             raise BrokerConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
@@ -170,7 +199,18 @@ class BrokerConnection:
                 except OSError as exc:
                     raise BrokerConnectionError(
                         f"cannot use the connection to broker {self.node_id}: {exc}") from None
-            await self._negotiate()
+            try:
+                await self._negotiate()
+            except BrokerConnectionError as exc:
+                if self.tls is None or not self._peer_closed:
+                    raise
+                # TLS 1.3 ends the handshake on the client's side before the broker has
+                # checked the client's certificate: a refusal shows as a closed connection.
+                raise BrokerTlsError(
+                    f"broker {self.node_id} at {self.host}:{self.port} closed the TLS "
+                    f"connection before answering ApiVersions ({exc}): it refused our "
+                    "certificate, or requires one (ssl.client.auth=required: set "
+                    "ssl.certificate.location and ssl.key.location)") from None
             if self.sasl is not None:
                 await self._authenticate(self.sasl)
         except BaseException:
@@ -181,6 +221,14 @@ class BrokerConnection:
     async def _open(self, loop: asyncio.AbstractEventLoop):
         sock = await open_held_socket(loop, self.host, self.port)
         try:
+            if self.tls is not None:
+                try:
+                    return await loop.create_connection(
+                        lambda: _ResponseStream(self), sock=sock, ssl=self.tls.context,
+                        server_hostname=self.host if self.tls.check_hostname else None,
+                        ssl_handshake_timeout=self.connect_timeout_s)
+                except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+                    raise _HandshakeLost(exc.strerror or type(exc).__name__) from None
             return await loop.create_connection(lambda: _ResponseStream(self), sock=sock)
         except BaseException:
             sock.close()
@@ -224,7 +272,8 @@ class BrokerConnection:
         if shake.error_code == ILLEGAL_SASL_STATE:
             raise BrokerAuthenticationError(
                 f"{where} has no SASL on this listener (ILLEGAL_SASL_STATE): "
-                "security.protocol=SASL_PLAINTEXT does not match it")
+                f"security.protocol={'SASL_SSL' if self.tls else 'SASL_PLAINTEXT'} does not "
+                "match it")
         if shake.error_code != ec.NONE:
             raise BrokerAuthenticationError(
                 f"{where} refused SaslHandshake for {sasl.mechanism}: "
@@ -451,12 +500,20 @@ class _ResponseStream(asyncio.BufferedProtocol):
                 return
 
     def eof_received(self) -> bool:
+        self.conn._peer_closed = True
         self.conn._fail(BrokerConnectionError(
             f"broker {self.conn.node_id} closed the connection"))
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         conn = self.conn
+        if isinstance(exc, ssl.SSLError):  # e.g. the broker refused our certificate (mTLS)
+            conn._fail(BrokerTlsError(
+                f"TLS connection to broker {conn.node_id} at {conn.host}:{conn.port} failed: "
+                f"{exc}"))
+            return
+        if exc is None:
+            conn._peer_closed = True
         conn._fail(BrokerConnectionError(
             f"connection to broker {conn.node_id} failed: {exc}" if exc is not None
             else f"broker {conn.node_id} closed the connection"))
