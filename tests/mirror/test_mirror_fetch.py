@@ -328,9 +328,8 @@ def test_every_fetch_version_the_reader_speaks(source, target, monkeypatch, vers
 
 
 def test_a_target_producer_on_librdkafkas_transactions_cannot_take_batches():
-    """An OAUTHBEARER target keeps librdkafka's transactions (kipproducer's engine has no
-    OAUTHBEARER yet): the transactional mode then reads with the consumer (Mirror._run asks
-    can_forward())."""
+    """An OAUTHBEARER target without a token source keeps librdkafka's transactions: the
+    transactional mode then reads with the consumer (Mirror._run asks can_forward())."""
     import kipproducer as kp
     from kipproducer.mirror.writers import Writer
 

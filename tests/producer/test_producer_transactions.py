@@ -574,9 +574,9 @@ def test_append_expected_offset_in_transaction(kip):
 
 
 def test_transactions_stay_librdkafkas_when_the_engine_cannot_run():
-    """OAUTHBEARER is librdkafka's only (for now): with it, transactions and both bulk calls
-    stay on librdkafka's lane (record by record), as before the engine took part in
-    transactions."""
+    """OAUTHBEARER without a token source is librdkafka's only: with it, transactions and both
+    bulk calls stay on librdkafka's lane (record by record), as before the engine took part
+    in transactions."""
     p = kp.Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": unique("oauth"),
                      "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
                      "log_level": 0})

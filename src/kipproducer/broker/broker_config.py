@@ -182,7 +182,16 @@ class BrokerConfig:
         metadata={
             "name": "sasl.enabled.mechanisms",
             "doc": "SASL mechanisms the listener requires, comma-separated (PLAIN, "
-            "SCRAM-SHA-256, SCRAM-SHA-512); empty: no SASL, every client is User:ANONYMOUS",
+            "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER with unsecured JWTs); empty: no SASL, "
+            "every client is User:ANONYMOUS",
+        },
+    )
+    connections_max_reauth_ms: int = field(
+        default=0,
+        metadata={
+            "name": "connections.max.reauth.ms",
+            "doc": "KIP-368: a SASL session lasts this long (or until its OAUTHBEARER token "
+            "expires); the client re-authenticates or the connection is closed; 0: no limit",
         },
     )
     connection_failed_authentication_delay_ms: int = field(

@@ -57,6 +57,7 @@ _LONG_PROPERTIES: Final = frozenset({
     "log.flush.scheduler.interval.ms",
     "log.cleaner.backoff.ms",
     "request.read.timeout.ms",
+    "connections.max.reauth.ms",
 })
 _LIST_PROPERTIES: Final = frozenset({"sasl.enabled.mechanisms"})
 #: Kafka's PASSWORD-typed properties: DescribeConfigs never shows their values.

@@ -244,7 +244,8 @@ class ClientLink(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.eof = True
         self._wake()
-        return True  # keep the transport open: answers may still be written
+        # Keep the transport open: answers may still be written (TLS cannot half-close).
+        return self.server.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -427,6 +428,11 @@ class Connection:
                     header.api_key,
                     header.api_version,
                 )
+                raise ConnectionClosed
+            if self.session.expired and header.api_key not in (17, 36):
+                log.info("connection %s from %s (%s): the SASL session of %s expired "
+                         "(connections.max.reauth.ms); closing", self.id, self.host,
+                         header.client_id, self.session.principal)
                 raise ConnectionClosed
             if not self.session.may_handle(header.api_key):
                 log.warning(

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kipproducer.sasl import MECHANISMS
+from kipproducer.sasl.oauthbearer import OAUTHBEARER
 
+from .oauth import OAuthTokens
 from .tls import TlsConfigError, TlsSettings, tls_settings
 
 #: kipproducer's own properties and their defaults.
@@ -64,9 +66,36 @@ def _security_protocol(value: Any) -> str:
 class SaslSettings:
     """How the engine's connections authenticate (security.protocol=SASL_PLAINTEXT)."""
 
-    mechanism: str            # PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    mechanism: str            # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER
     username: str
     password: str = field(repr=False)
+    #: OAUTHBEARER's token source (oauth_cb, or an unsecured sasl.oauthbearer.config).
+    oauth: OAuthTokens | None = field(default=None, repr=False, compare=False)
+
+
+def _oauth_settings(props: Mapping[str, Any], protocol: str) -> SaslSettings:
+    """OAUTHBEARER: oauth_cb, or unsecured tokens from sasl.oauthbearer.config."""
+    callback = props.get("oauth_cb")
+    config = str(props.get("sasl.oauthbearer.config", "") or "")
+    method = str(props.get("sasl.oauthbearer.method", "default")).strip().lower()
+    if callback is not None:
+        if not callable(callback):
+            raise ConfigError("oauth_cb must be callable: oauth_cb(config) -> (token, expiry)")
+        return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.from_callback(callback, config))
+    if method == "oidc":
+        raise ConfigError(
+            "sasl.oauthbearer.method=oidc is librdkafka's own token client and not supported "
+            "by kipproducer's sending engine; fetch the token in an oauth_cb instead")
+    unsecure = str(props.get("enable.sasl.oauthbearer.unsecure.jwt", "false")).strip().lower()
+    if unsecure in ("true", "1"):
+        try:
+            return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.unsecured(config))
+        except ValueError as exc:
+            raise ConfigError(f"sasl.oauthbearer.config={config!r}: {exc}") from None
+    raise ConfigError(
+        f"sasl.mechanism=OAUTHBEARER with security.protocol={protocol.upper()} needs a token "
+        "source for kipproducer's sending engine: oauth_cb, or sasl.oauthbearer.config with "
+        "enable.sasl.oauthbearer.unsecure.jwt=true")
 
 
 def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
@@ -88,6 +117,8 @@ def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
             password = str(raw)
     if protocol in ("plaintext", "ssl"):
         return None  # sasl.* are then ignored, as librdkafka does (it only warns)
+    if mechanism == OAUTHBEARER:
+        return _oauth_settings(props, protocol)
     if mechanism not in MECHANISMS:
         hint = ""
         if mechanism.upper() in MECHANISMS:
@@ -97,7 +128,7 @@ def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
         raise ConfigError(
             f"sasl.mechanism={mechanism!r}{hint} is not supported by kipproducer's sending "
             f"engine; with security.protocol={protocol.upper()} use one of "
-            f"{', '.join(MECHANISMS)}")
+            f"{', '.join(MECHANISMS)} or {OAUTHBEARER}")
     if not username or password is None:
         raise ConfigError(
             f"sasl.username and sasl.password must be set for sasl.mechanism={mechanism}")

@@ -17,8 +17,11 @@ With TLS (security.protocol SSL / SASL_SSL, engine/tls.py) the socket is wrapped
 SSL transport before anything is sent; a failed handshake (an unknown CA, a certificate that
 does not name the host) is a :class:`BrokerTlsError`, as final as a refused password.
 
-Re-authentication (KIP-368) is not done: a broker that ends the session closes the
-connection, and the engine reconnects as after any lost connection.
+OAUTHBEARER sends the token of the configured source (engine/oauth.py). When the broker
+answers SaslAuthenticate with a session lifetime (KIP-368), the connection re-authenticates
+between 85% and 95% of it, as Kafka's clients do: new requests are held (the connection reads
+as congested), the ones in flight are answered, SaslHandshake + SaslAuthenticate go out with
+a fresh token, then the held requests follow in order.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import asyncio
 import itertools
 import logging
 import os
+import random
 import socket
 import ssl
 import time
@@ -48,9 +52,11 @@ from kipproducer.protocol.produce_codec import decode_produce_response, is_direc
 from kipproducer.protocol.schemas import version_range
 from kipproducer.sasl import PLAIN, plain_token
 from kipproducer.sasl.errors import AuthenticationFailed
+from kipproducer.sasl.oauthbearer import OAUTHBEARER, client_message
 from kipproducer.sasl.scram import ScramClient
 
 from .config import SaslSettings
+from .oauth import TokenError
 from .tls import TlsSettings, describe_handshake_error
 
 log = logging.getLogger("kipproducer.engine")
@@ -160,6 +166,12 @@ class BrokerConnection:
         self.on_writable: Callable[[], None] | None = None  # runs when a full buffer drains
         self._closed_error: BaseException | None = None
         self._peer_closed = False  # the broker closed the connection (EOF)
+        # KIP-368: the session's lifetime (ms, 0: none), the re-authentication timer, and the
+        # requests held while it runs (None: not re-authenticating).
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._held: list[tuple] | None = None
 
     @property
     def connected(self) -> bool:
@@ -278,7 +290,15 @@ class BrokerConnection:
             raise BrokerAuthenticationError(
                 f"{where} refused SaslHandshake for {sasl.mechanism}: "
                 f"{ec.error_name(shake.error_code)}")
-        if sasl.mechanism == PLAIN:
+        if sasl.mechanism == OAUTHBEARER:
+            assert sasl.oauth is not None
+            try:
+                token = sasl.oauth.current()
+            except TokenError as exc:
+                raise BrokerAuthenticationError(
+                    f"SASL/OAUTHBEARER with {where}: no token: {exc}") from None
+            await self._sasl_step(version, client_message(token.value, token.extensions), where)
+        elif sasl.mechanism == PLAIN:
             await self._sasl_step(version, plain_token(sasl.username, sasl.password), where)
         else:
             scram = ScramClient(sasl.mechanism, sasl.username, sasl.password)
@@ -296,6 +316,40 @@ class BrokerConnection:
                 raise BrokerAuthenticationError(
                     f"{where} failed SCRAM server authentication: {exc}") from None
         log.debug("authenticated to %s as %s with %s", where, sasl.username, sasl.mechanism)
+        if self.session_lifetime_ms > 0:
+            # KIP-368: Kafka's clients re-authenticate at a random 85-95% of the session.
+            delay = self.session_lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+            self._reauth_timer = asyncio.get_running_loop().call_later(
+                delay, lambda: asyncio.ensure_future(self._reauthenticate()))
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: hold new requests, let those in flight be answered, authenticate again
+        on this connection, then send what was held. A refusal closes the connection."""
+        self._reauth_timer = None
+        if not self.connected or self.sasl is None:
+            return
+        self._held = []
+        try:
+            while self._pending and self._closed_error is None:
+                await asyncio.sleep(0.001)
+            if self._closed_error is not None:
+                return
+            await self._authenticate(self.sasl)
+            self.reauthentications += 1
+        except BrokerConnectionError as exc:
+            self._fail(exc if isinstance(exc, BrokerAuthenticationError)
+                       else BrokerAuthenticationError(f"re-authentication failed: {exc}"))
+            return
+        finally:
+            held, self._held = self._held, None
+        for api_key, version, frame_parts, on_answer, timeout_s in held or ():
+            try:
+                self.send_parts(api_key, version, frame_parts, on_answer, timeout_s=timeout_s)
+            except BrokerConnectionError as exc:
+                if on_answer is not None:
+                    self._answer(on_answer, None, exc)
+        if self._stream is not None and self._stream.paused is None and self.on_writable:
+            self.on_writable()
 
     async def _sasl_step(self, version: int, token: bytes, where: str) -> bytes:
         """One SaslAuthenticate round trip: our token out, the broker's token back."""
@@ -306,6 +360,7 @@ class BrokerConnection:
             # failed with SASL mechanism ...: invalid username or password").
             reason = answer.error_message or ec.error_name(answer.error_code)
             raise BrokerAuthenticationError(f"SASL authentication with {where} failed: {reason}")
+        self.session_lifetime_ms = int(getattr(answer, "session_lifetime", 0) or 0)
         return bytes(answer.auth_bytes)
 
     def version_for(self, api_key: int, wanted_max: int, wanted_min: int = 0) -> int:
@@ -379,6 +434,10 @@ class BrokerConnection:
         if transport is None or self._closed_error is not None:
             raise BrokerConnectionError(
                 f"not connected to broker {self.node_id}: {self._closed_error}")
+        if self._held is not None and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            # Re-authenticating (KIP-368): sent, in order, once the session is renewed.
+            self._held.append((api_key, version, frame_parts, on_answer, timeout_s))
+            return
         correlation_id = next(self._ids) & 0x7FFFFFFF
         parts = frame_parts(correlation_id, self.client_id)
         if on_answer is not None:
@@ -397,8 +456,10 @@ class BrokerConnection:
 
     @property
     def congested(self) -> bool:
-        """The socket buffer is full (the transport paused writing)."""
-        return self._stream is not None and self._stream.paused is not None
+        """The socket buffer is full (the transport paused writing), or the connection is
+        re-authenticating (``on_writable`` runs after either)."""
+        return self._held is not None or (
+            self._stream is not None and self._stream.paused is not None)
 
     def _arm_watchdog(self, deadline: float) -> None:
         if self._watchdog is not None:
@@ -457,9 +518,16 @@ class BrokerConnection:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         pending, self._pending = self._pending, OrderedDict()
         for entry in pending.values():
             self._answer(entry[2], None, error)
+        held, self._held = self._held, None
+        for entry in held or ():
+            if entry[3] is not None:
+                self._answer(entry[3], None, error)
         if self._transport is not None:
             self._transport.close()
         if self._stream is not None:

@@ -48,7 +48,7 @@ class BrokerSecurity:
             raise BrokerConfigError(str(exc)) from None
         self.users = UserStore(data_dir)
         self.acls = AclStore(data_dir)
-        self.sasl = SaslConfig(self.mechanisms, self.users)
+        self.sasl = SaslConfig(self.mechanisms, self.users, config.connections_max_reauth_ms)
         self.principal_rules = parse_mapping_rules(config.ssl_principal_mapping_rules)
         enabled = config.authorizer_enabled or bool((config.authorizer_class_name or "").strip())
         self.authorizer: Authorizer | None = (
