@@ -192,6 +192,9 @@ def test_wrong_key_password_fails_at_start(certs):
         "ssl.keystore.location": str(certs.server_encrypted), "ssl.key.password": "wrong"})
     with pytest.raises(BrokerConfigError, match="ssl.key.password"):
         EmbeddedBroker(config=config)
+    del config["ssl.key.password"]  # an encrypted key without a password: no prompt
+    with pytest.raises(BrokerConfigError, match="encrypted and ssl.key.password is not set"):
+        EmbeddedBroker(config=config)
 
 
 def test_kip_broker_command_with_listeners(tmp_path, certs):

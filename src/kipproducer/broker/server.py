@@ -76,6 +76,7 @@ class BrokerServer:
         self.host = self.spec.host
         self.port = self.spec.port
         self.ssl_context = ssl_context if self.spec.tls else None
+        self._handshakes: set[asyncio.Task] = set()  # TLS connections being set up
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task | None = None
         self._connections: dict[asyncio.Task, ClientLink] = {}
@@ -122,6 +123,10 @@ class BrokerServer:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        for task in list(self._handshakes):
+            task.cancel()
+        if self._handshakes:
+            await asyncio.gather(*self._handshakes, return_exceptions=True)
         for task, link in list(self._connections.items()):
             task.cancel()
             link.abort()
@@ -149,7 +154,9 @@ class BrokerServer:
             if self.ssl_context is None:
                 await self._set_up(link, sock)
             else:  # a TLS handshake takes round trips: never in the accept loop
-                loop.create_task(self._set_up(link, sock))
+                task = loop.create_task(self._set_up(link, sock))
+                self._handshakes.add(task)
+                task.add_done_callback(self._handshakes.discard)
 
     async def _set_up(self, link: ClientLink, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()

@@ -100,8 +100,12 @@ def _load_keystore(context: ssl.SSLContext, config: BrokerConfig) -> None:
 
 
 def _load_chain(context: ssl.SSLContext, path: str, password: str | None, what: str) -> None:
+    def no_password() -> str:  # never OpenSSL's prompt on the terminal
+        raise BrokerConfigError(f"{what}: the private key is encrypted and ssl.key.password "
+                                "is not set")
+
     try:
-        context.load_cert_chain(path, password=password)
+        context.load_cert_chain(path, password=password or no_password)
     except ssl.SSLError as exc:
         hint = " (wrong or missing ssl.key.password?)" if "PEM lib" in str(exc) or \
             "bad decrypt" in str(exc) else ""
