@@ -219,3 +219,31 @@ def test_kip_broker_command_with_listeners(tmp_path, certs):
     finally:
         proc.terminate()
         assert proc.wait(30) == 0
+
+
+def test_kip_tools_over_mtls_acls_for_a_certificate_principal(embedded, certs, tmp_path, capsys):
+    """kip acls / kip transactions (kipproducer's own admin client) over mTLS: a certificate
+    super user adds an ACL naming another certificate's principal."""
+    from kipproducer.cli import main as cli_main
+
+    broker = embedded(broker_tls(certs, listeners="SSL://127.0.0.1:0", **{
+        "ssl.client.auth": "required", "authorizer.enabled": "true",
+        "super.users": "User:admin", "ssl.principal.mapping.rules":
+        "RULE:^CN=alice,.*$/admin/,RULE:^CN=([a-z]+),.*$/$1/"}))
+    cert, key = certs.clients["alice"]
+    properties = tmp_path / "client.properties"
+    properties.write_text("security.protocol=SSL\n"
+                          f"ssl.ca.location={certs.ca}\n"
+                          f"ssl.certificate.location={cert}\nssl.key.location={key}\n")
+    common = ["--bootstrap-server", broker.listener_address("SSL"),
+              "--command-config", str(properties)]
+    assert cli_main(["acls", *common, "--add", "--allow-principal", "User:mallory",
+                     "--operation", "Write", "--topic", "audited"]) == 0
+    assert [str(b) for b in broker.broker.acls.list()] and \
+        broker.broker.authorize("User:mallory", "Write", "Topic", "audited")
+    assert cli_main(["transactions", *common, "list"]) == 0
+    properties.write_text("security.protocol=SSL\n"
+                          f"ssl.ca.location={certs.other_ca}\n")
+    capsys.readouterr()
+    assert cli_main(["acls", *common, "--list"]) != 0
+    assert "certificate verify failed" in capsys.readouterr().err
