@@ -215,3 +215,29 @@ def test_missing_client_certificate_on_an_mtls_listener_fails_at_once(certs):
         err, took = refused(rdkafka_ssl(mtls.listener_address("SSL"), certs))
         assert err.code() == KafkaError._AUTHENTICATION and "TLS" in err.str(), err.str()
         assert took < 5
+
+
+def test_pem_text_properties_and_switches(broker, certs):
+    """ssl.ca.pem / ssl.certificate.pem / ssl.key.pem instead of files; verification off
+    accepts an unknown CA; a bad cipher list names its property."""
+    from kipproducer.engine.config import EngineConfig
+
+    cert, key = certs.clients["alice"]
+    address = broker.listener_address("SSL")
+    inline = {"bootstrap.servers": address, "security.protocol": "SSL",
+              "ssl.ca.pem": certs.ca.read_text(), "ssl.certificate.pem": cert.read_text(),
+              "ssl.key.pem": key.read_text(), "linger.ms": 0}
+    p = Producer(inline)
+    p.produce_arrays(topic_name(), [b"pem"], partition=0)
+    assert p.flush(20) == 0
+    unchecked = {**rdkafka_ssl(address, certs), "ssl.ca.location": str(certs.other_ca),
+                 "enable.ssl.certificate.verification": "false", "linger.ms": 0}
+    q = Producer(unchecked)
+    q.produce_arrays(topic_name(), [b"unchecked"], partition=0)
+    assert q.flush(20) == 0
+    with pytest.raises(ConfigError, match="ssl.cipher.suites"):
+        EngineConfig.from_properties({**rdkafka_ssl(address, certs),
+                                      "ssl.cipher.suites": "NO-SUCH-CIPHER"})
+    with pytest.raises(ConfigError, match="ssl.endpoint.identification.algorithm"):
+        EngineConfig.from_properties({**rdkafka_ssl(address, certs),
+                                      "ssl.endpoint.identification.algorithm": "ldap"})
