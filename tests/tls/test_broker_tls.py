@@ -247,3 +247,28 @@ def test_kip_tools_over_mtls_acls_for_a_certificate_principal(embedded, certs, t
     capsys.readouterr()
     assert cli_main(["acls", *common, "--list"]) != 0
     assert "certificate verify failed" in capsys.readouterr().err
+
+
+def test_advertised_listeners_name_each_listener(embedded, certs):
+    """Metadata tells each client the advertised address of the listener it came in on."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    broker = embedded(broker_tls(certs, listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
+                                 **{"advertised.listeners": "SSL://localhost:19093"}))
+    plain = AdminClient({"bootstrap.servers": broker.listener_address("PLAINTEXT")})
+    brokers = plain.list_topics(timeout=10).brokers
+    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [
+        broker.listener_address("PLAINTEXT")]
+    secure = AdminClient({**rdkafka_ssl(broker.listener_address("SSL"), certs),
+                          "log_level": 0})
+    assert [f"{b.host}:{b.port}" for b in secure.list_topics(timeout=10).brokers.values()] == [
+        "localhost:19093"]
+    resource = ConfigResource(ConfigResource.Type.BROKER, "1")
+    configs = plain.describe_configs([resource])[resource].result(timeout=10)
+    ssl_port = broker.listener_address("SSL").rsplit(":", 1)[1]
+    assert configs["listeners"].value.endswith(f"SSL://127.0.0.1:{ssl_port}")
+    assert configs["advertised.listeners"].value.endswith("SSL://localhost:19093")
+    assert configs["ssl.key.password"].value is None
+    with pytest.raises(BrokerConfigError, match="advertised.listeners"):
+        EmbeddedBroker(config=broker_tls(certs, listeners="SSL://127.0.0.1:0", **{
+            "advertised.listeners": "SASL_SSL://localhost:1"}))

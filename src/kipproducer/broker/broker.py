@@ -19,7 +19,7 @@ from typing import Any
 from . import handlers as _handlers  # noqa: F401  (registers every API handler)
 from .broker_config import BrokerConfig
 from .groups import GroupCoordinator
-from .listeners import broker_listeners, tls_context
+from .listeners import advertised, broker_listeners, tls_context
 from .security.authorizer import AclStore
 from .security.broker_security import BrokerSecurity
 from .security.users import UserStore
@@ -49,6 +49,7 @@ class Broker:
         # One server per listener (listeners.py); the first is the one bootstrap_servers names.
         specs = broker_listeners(config, host, port, listen_given)
         context = tls_context(config, specs)
+        self._advertised = advertised(config, specs)
         self.servers: list[BrokerServer] = []
         for spec in specs:
             quotas = self.servers[0].quotas if self.servers else None
@@ -185,9 +186,15 @@ class Broker:
 
     def advertised_for(self, session: Any) -> tuple[str, int]:
         """The address Metadata and FindCoordinator tell a client: the listener it came in
-        on (advertised.host / advertised.port apply to the first listener)."""
-        server = getattr(session, "listener", None)
-        if server is None or server is self.server:
+        on (advertised.listeners, else advertised.host / advertised.port for the first
+        listener, else the bound address)."""
+        return self.advertised_address(getattr(session, "listener", None) or self.server)
+
+    def advertised_address(self, server: BrokerServer) -> tuple[str, int]:
+        told = self._advertised.get(server.spec.protocol)
+        if told is not None:
+            return told
+        if server is self.server:
             return self.advertised_host, self.advertised_port
         return server.host, server.port
 

@@ -243,6 +243,14 @@ class BrokerConfig:
             "SASL_PLAINTEXT, SASL_SSL; port 0: a free port); empty: the one --listen address",
         },
     )
+    advertised_listeners: str = field(
+        default="",
+        metadata={
+            "name": "advertised.listeners",
+            "doc": "PROTOCOL://host:port per listener as clients are to reach it (behind NAT "
+            "or in a container); a listener not named here is told as it is bound",
+        },
+    )
     ssl_keystore_type: str = field(default="PEM", metadata={
         "name": "ssl.keystore.type", "doc": "PEM (the only type this broker reads)"})
     ssl_keystore_location: str = field(default="", metadata={

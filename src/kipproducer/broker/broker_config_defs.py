@@ -73,9 +73,8 @@ def _listeners(broker: Broker) -> str:
 
 
 def _advertised_listeners(broker: Broker) -> str:
-    first = f"{_listener_name(broker)}://{broker.advertised_host}:{broker.advertised_port}"
-    return ",".join([first, *(f"{s.spec.protocol}://{s.host}:{s.port}"
-                              for s in broker.servers[1:])])
+    return ",".join(f"{s.spec.protocol}://{':'.join(map(str, broker.advertised_address(s)))}"
+                    for s in broker.servers)
 
 
 def _protocol_map(broker: Broker) -> str:

@@ -71,6 +71,20 @@ def broker_listeners(config: BrokerConfig, host: str, port: int,
     return specs
 
 
+def advertised(config: BrokerConfig, specs: list[ListenerSpec]) -> dict[str, tuple[str, int]]:
+    """``advertised.listeners``: protocol -> (host, port) clients are told; each names a
+    listener of ``listeners``."""
+    found: dict[str, tuple[str, int]] = {}
+    for spec in parse_listeners(config.advertised_listeners):
+        if not any(s.protocol == spec.protocol for s in specs):
+            raise BrokerConfigError(
+                f"advertised.listeners: {spec.protocol} is not a listener of this broker")
+        if spec.port == 0:
+            raise BrokerConfigError(f"advertised.listeners: {spec.protocol} needs a port")
+        found[spec.protocol] = (spec.host, spec.port)
+    return found
+
+
 def tls_context(config: BrokerConfig, specs: list[ListenerSpec]) -> ssl.SSLContext | None:
     """The server SSLContext when a listener uses TLS (BrokerConfigError when it cannot be
     built), else None."""

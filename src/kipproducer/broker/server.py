@@ -72,7 +72,9 @@ class BrokerServer:
                  spec: ListenerSpec | None = None, ssl_context: ssl.SSLContext | None = None,
                  quotas: ConnectionQuotas | None = None) -> None:
         self.broker = broker
-        self.spec = spec or ListenerSpec("PLAINTEXT", host, port)
+        self.spec = spec or ListenerSpec(
+            "SASL_PLAINTEXT" if broker.config.sasl_enabled_mechanisms.strip() else "PLAINTEXT",
+            host, port)
         self.host = self.spec.host
         self.port = self.spec.port
         self.ssl_context = ssl_context if self.spec.tls else None
