@@ -21,6 +21,7 @@ TIME_LIMITS_S = {
     "tests/producer/": 120,
     "tests/security/": 120,
     "tests/spark/": 600,  # a driver killed and restarted: up to 213 s on a loaded machine
+    "tests/tls/": 120,
 }
 DEFAULT_TIME_LIMIT_S = 120
 

@@ -61,7 +61,8 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a broker of the cluster to ask")
     parser.add_argument("--command-config", metavar="FILE",
                         help="client properties: security.protocol, sasl.mechanism, "
-                             "sasl.username, sasl.password")
+                             "sasl.username, sasl.password, ssl.ca.location, "
+                             "ssl.certificate.location, ssl.key.location, ...")
 
 
 def run_tool(tool: str, client_class: type[BlockingClient], args: argparse.Namespace,
@@ -70,6 +71,10 @@ def run_tool(tool: str, client_class: type[BlockingClient], args: argparse.Names
     one line on stderr naming the tool (exit code 1), not a traceback."""
     try:
         config = read_client_properties(args.command_config) if args.command_config else {}
+    except (OSError, ValueError) as exc:
+        print(f"{tool}: --command-config {args.command_config}: {exc}", file=sys.stderr)
+        return 1
+    try:
         with client_class(args.bootstrap_server, config) as client:
             return action(client, config)
     except (OSError, ConnectionError) as exc:  # the address, not only "[Errno 111] ..."
@@ -97,8 +102,9 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, sep: st
 class BlockingClient:
     """One connection to one broker, one request at a time; SASL PLAIN / SCRAM if configured.
 
-    ``config`` takes client property names: ``security.protocol`` (PLAINTEXT or
-    SASL_PLAINTEXT), ``sasl.mechanism``, ``sasl.username``, ``sasl.password``.
+    ``config`` takes client property names: ``security.protocol`` (PLAINTEXT, SSL,
+    SASL_PLAINTEXT or SASL_SSL), ``sasl.mechanism``, ``sasl.username``, ``sasl.password`` and
+    librdkafka's ``ssl.*`` properties (kipproducer.engine.tls).
     """
 
     client_id = "kip"
@@ -109,19 +115,28 @@ class BlockingClient:
         host, _, port = bootstrap.rpartition(":")
         if not port.isdigit():
             raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
+        protocol = config.get("security.protocol", "PLAINTEXT").upper()
+        tls = None
+        if protocol in ("SSL", "SASL_SSL"):
+            from kipproducer.engine.tls import tls_settings
+
+            tls = tls_settings(config)  # TlsConfigError (a ValueError) names the property
         self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
         self.correlation = 0
         try:
-            protocol = config.get("security.protocol", "PLAINTEXT").upper()
-            if protocol == "SASL_PLAINTEXT":
+            if tls is not None:
+                self.sock = tls.context.wrap_socket(
+                    self.sock, server_hostname=(host or "127.0.0.1") if tls.check_hostname
+                    else None)
+            if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
                 self.authenticate(
                     config.get("sasl.mechanism", "PLAIN").upper(),
                     config.get("sasl.username", ""),
                     config.get("sasl.password", ""),
                 )
-            elif protocol != "PLAINTEXT":
+            elif protocol not in ("PLAINTEXT", "SSL"):
                 raise ValueError(f"security.protocol {protocol} is not supported here "
-                                 "(PLAINTEXT or SASL_PLAINTEXT)")
+                                 "(PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)")
         except BaseException:
             self.sock.close()
             raise

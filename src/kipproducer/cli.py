@@ -45,10 +45,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     raise_open_files_limit()  # one descriptor per connection
-    host, port = _listen_address(args.listen)
+    host, port = _listen_address(args.listen or "127.0.0.1:9092")
     try:
         config = {**broker_properties(args), **_config_pairs(args.config)}
-        broker = Broker(args.data_dir, host=host, port=port, config=config)
+        broker = Broker(args.data_dir, host=host, port=port, config=config,
+                        listen_given=args.listen is not None)
     except BrokerConfigError as exc:
         print(f"kip broker: {exc}", file=sys.stderr)
         return 2
@@ -60,6 +61,8 @@ def cmd_broker(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         bound_host, bound_port = await broker.start()
         print(f"listening on {bound_host}:{bound_port}", flush=True)
+        for server in broker.servers:
+            print(f"listener {server.spec.protocol}://{server.host}:{server.port}", flush=True)
         try:
             await stop.wait()
         finally:
@@ -104,8 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     broker = sub.add_parser("broker", help="run the reference Kafka broker in the foreground")
-    broker.add_argument("--listen", default="127.0.0.1:9092", metavar="HOST:PORT",
-                        help="address to listen on (port 0: a free port, printed on the first "
+    broker.add_argument("--listen", default=None, metavar="HOST:PORT",
+                        help="address to listen on (default 127.0.0.1:9092 unless listeners= is "
+                             "given; port 0: a free port, printed on the first "
                              "stdout line as 'listening on HOST:PORT')")
     broker.add_argument("--data-dir", required=True, help="where logs and metadata live")
     broker.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",

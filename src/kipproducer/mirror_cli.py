@@ -92,7 +92,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--reader", choices=("auto", "fetch", "consumer"), default="auto",
                         help="how the source is read: fetch (whole record batches, fast), "
                         "consumer (librdkafka, record by record), auto (default: fetch unless "
-                        "the source config needs TLS or another SASL mechanism)")
+                        "the source config needs a SASL mechanism the fetch reader lacks, "
+                        "such as GSSAPI; TLS sources are fetched)")
     parser.add_argument("--target-config", action="append", metavar="NAME=VALUE",
                         help="property for the target producer (repeatable)")
     parser.add_argument("--isolation", choices=("read_committed", "read_uncommitted"),

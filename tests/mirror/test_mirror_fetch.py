@@ -270,11 +270,11 @@ def test_consumer_reader_still_copies(source, target):
 
 
 def test_sources_the_fetch_reader_cannot_speak_fall_back():
-    tls = {"security.protocol": "SSL"}
-    m = Mirror("127.0.0.1:1", "127.0.0.1:1", "x", source_config=tls, progress=False)
+    oauth = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"}
+    m = Mirror("127.0.0.1:1", "127.0.0.1:1", "x", source_config=oauth, progress=False)
     assert m.reader_kind == "consumer" and m.metrics.snapshot()["reader"] == "consumer"
-    with pytest.raises(MirrorError, match="TLS"):
-        Mirror("127.0.0.1:1", "127.0.0.1:1", "x", source_config=tls, reader="fetch",
+    with pytest.raises(MirrorError, match="OAUTHBEARER"):
+        Mirror("127.0.0.1:1", "127.0.0.1:1", "x", source_config=oauth, reader="fetch",
                progress=False)
     plain = Mirror("127.0.0.1:1", "127.0.0.1:1", "x", progress=False)
     assert plain.reader_kind == "fetch"
@@ -298,8 +298,9 @@ def test_cli_reader_choice(source, target, tmp_path, capsys):
                     "read_uncommitted") == read(source.bootstrap_servers, topic, PARTITIONS)
     assert cli_main(["mirror", "--source", "127.0.0.1:1", "--target", "127.0.0.1:1",
                      "--topics", "x", "--reader", "fetch", "--source-config",
-                     "security.protocol=SSL"]) == 2
-    assert "TLS" in capsys.readouterr().err
+                     "security.protocol=SASL_PLAINTEXT", "--source-config",
+                     "sasl.mechanism=OAUTHBEARER"]) == 2
+    assert "OAUTHBEARER" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("version", [4, 7, 12])
@@ -327,15 +328,16 @@ def test_every_fetch_version_the_reader_speaks(source, target, monkeypatch, vers
 
 
 def test_a_target_producer_on_librdkafkas_transactions_cannot_take_batches():
-    """A TLS target keeps librdkafka's transactions (kipproducer's engine has no TLS): the
+    """An OAUTHBEARER target without a token source keeps librdkafka's transactions: the
     transactional mode then reads with the consumer (Mirror._run asks can_forward())."""
     import kipproducer as kp
     from kipproducer.mirror.writers import Writer
 
     writer = Writer.__new__(Writer)
     writer.producer = kp.Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0,
-                                   "transactional.id": unique("tls"),
-                                   "security.protocol": "SSL"})
+                                   "transactional.id": unique("oauth"),
+                                   "security.protocol": "SASL_PLAINTEXT",
+                                   "sasl.mechanism": "OAUTHBEARER"})
     assert not writer.can_forward()
     writer.producer = kp.Producer({"bootstrap.servers": "127.0.0.1:1",
                                    "transactional.id": unique("plain")})

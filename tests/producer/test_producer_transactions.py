@@ -574,10 +574,12 @@ def test_append_expected_offset_in_transaction(kip):
 
 
 def test_transactions_stay_librdkafkas_when_the_engine_cannot_run():
-    """TLS is librdkafka's only: with it, transactions and both bulk calls stay on
-    librdkafka's lane (record by record), as before the engine took part in transactions."""
-    p = kp.Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": unique("tls"),
-                     "security.protocol": "SSL", "log_level": 0})
+    """OAUTHBEARER without a token source is librdkafka's only: with it, transactions and both
+    bulk calls stay on librdkafka's lane (record by record), as before the engine took part
+    in transactions."""
+    p = kp.Producer({"bootstrap.servers": "127.0.0.1:1", "transactional.id": unique("oauth"),
+                     "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
+                     "log_level": 0})
     assert p._txn is None
     # librdkafka's own refusal before init_transactions(), from both bulk calls.
     messages = [{"value": b"a"}]

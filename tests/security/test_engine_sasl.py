@@ -64,15 +64,16 @@ def flush_refused(p: Producer, reports: list, expected: int, timeout: float = 10
 
 
 @pytest.mark.parametrize(("conf", "message"), [
-    ({"security.protocol": "SSL"}, "TLS is not supported by kipproducer's sending engine"),
-    ({"security.protocol": "sasl_ssl", "sasl.mechanism": "PLAIN", "sasl.username": "u",
-      "sasl.password": "p"}, "SASL_SSL: TLS is not supported"),
+    ({"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"},
+     "ssl.ca.location: no such file or directory '/nonexistent/ca.pem'"),
+    ({"security.protocol": "sasl_ssl", "sasl.mechanism": "GSSAPI", "sasl.username": "u",
+      "sasl.password": "p"}, "with security.protocol=SASL_SSL use one of"),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.username": "u", "sasl.password": "p"},
      r"'GSSAPI' \(librdkafka's default when sasl.mechanism is not set\).*"
      "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER",
       "sasl.username": "u", "sasl.password": "p"},
-     "'OAUTHBEARER' is not supported.*use one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+     "OAUTHBEARER with security.protocol=SASL_PLAINTEXT needs a token source"),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "scram-sha-256",
       "sasl.username": "u", "sasl.password": "p"}, "case-sensitive: SCRAM-SHA-256"),
     ({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
@@ -84,14 +85,16 @@ def test_the_engine_refuses_what_it_cannot_speak(conf, message):
         EngineConfig.from_properties({"bootstrap.servers": "127.0.0.1:9", **conf})
 
 
-def test_a_tls_producer_is_built_and_refused_at_its_first_engine_call():
-    """Drop-in: librdkafka's lane speaks TLS, so the Producer is built; the first call that
-    needs kipproducer's engine gets the reason, and nothing is queued on the engine."""
-    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SSL"})
+def test_an_oauthbearer_producer_is_built_and_refused_at_its_first_engine_call():
+    """Drop-in: librdkafka's lane takes OAUTHBEARER without a token source (the application
+    may set tokens itself), so the Producer is built; the first call that needs kipproducer's
+    engine gets the reason, and nothing is queued on the engine."""
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "security.protocol": "SASL_SSL",
+                         "sasl.mechanism": "OAUTHBEARER"})
     assert isinstance(producer, confluent_kafka.Producer)
-    with pytest.raises(ConfigError, match="TLS is not supported by kipproducer's sending"):
+    with pytest.raises(ConfigError, match="OAUTHBEARER with security.protocol=SASL_SSL needs"):
         producer.produce_arrays("t", [b"x"], partition=0)
-    with pytest.raises(ConfigError, match="TLS is not supported"):
+    with pytest.raises(ConfigError, match="needs a token source"):
         producer.produce("t", b"x", partition=0, offset=5)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from . import handlers as _handlers  # noqa: F401  (registers every API handler)
 from .broker_config import BrokerConfig
 from .groups import GroupCoordinator
+from .listeners import advertised, broker_listeners, tls_context
 from .security.authorizer import AclStore
 from .security.broker_security import BrokerSecurity
 from .security.users import UserStore
@@ -37,6 +38,7 @@ class Broker:
         host: str = "127.0.0.1",
         port: int = 0,
         config: BrokerConfig | Mapping[str, Any] | None = None,
+        listen_given: bool = False,
     ) -> None:
         if not isinstance(config, BrokerConfig):
             config = BrokerConfig.from_properties(config)
@@ -44,7 +46,16 @@ class Broker:
         self.data_dir = os.fspath(data_dir)
         # SASL, users and ACLs (docs/security.md); bad security properties fail here.
         self.security = BrokerSecurity(self.data_dir, config)
-        self.server = BrokerServer(self, host, port)
+        # One server per listener (listeners.py); the first is the one bootstrap_servers names.
+        specs = broker_listeners(config, host, port, listen_given)
+        context = tls_context(config, specs)
+        self._advertised = advertised(config, specs)
+        self.servers: list[BrokerServer] = []
+        for spec in specs:
+            quotas = self.servers[0].quotas if self.servers else None
+            self.servers.append(BrokerServer(self, spec=spec, ssl_context=context,
+                                             quotas=quotas))
+        self.server = self.servers[0]
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
@@ -91,6 +102,8 @@ class Broker:
             on_markers_written=self.notify_appended,
         )
         await self.transactions.start()
+        for server in self.servers[1:]:
+            await server.start()
         host, port = await self.server.start()
         self._maintenance = asyncio.create_task(self._maintenance_loop())
         self._started = True
@@ -108,7 +121,8 @@ class Broker:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
             self._maintenance = None
-        await self.server.stop()
+        for server in self.servers:
+            await server.stop()
         if self.transactions is not None:
             await self.transactions.close()
             self.transactions = None
@@ -161,6 +175,28 @@ class Broker:
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.advertised_host}:{self.advertised_port}"
+
+    def listener_address(self, protocol: str) -> str:
+        """``host:port`` of the listener of that security protocol (SSL, SASL_SSL, ...)."""
+        for server in self.servers:
+            if server.spec.protocol == protocol.upper():
+                return f"{server.host}:{server.port}"
+        raise KeyError(f"no {protocol} listener (listeners: "
+                       f"{', '.join(s.spec.protocol for s in self.servers)})")
+
+    def advertised_for(self, session: Any) -> tuple[str, int]:
+        """The address Metadata and FindCoordinator tell a client: the listener it came in
+        on (advertised.listeners, else advertised.host / advertised.port for the first
+        listener, else the bound address)."""
+        return self.advertised_address(getattr(session, "listener", None) or self.server)
+
+    def advertised_address(self, server: BrokerServer) -> tuple[str, int]:
+        told = self._advertised.get(server.spec.protocol)
+        if told is not None:
+            return told
+        if server is self.server:
+            return self.advertised_host, self.advertised_port
+        return server.host, server.port
 
     # -- authorization ----------------------------------------------------------------------------
 

@@ -182,7 +182,16 @@ class BrokerConfig:
         metadata={
             "name": "sasl.enabled.mechanisms",
             "doc": "SASL mechanisms the listener requires, comma-separated (PLAIN, "
-            "SCRAM-SHA-256, SCRAM-SHA-512); empty: no SASL, every client is User:ANONYMOUS",
+            "SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER with unsecured JWTs); empty: no SASL, "
+            "every client is User:ANONYMOUS",
+        },
+    )
+    connections_max_reauth_ms: int = field(
+        default=0,
+        metadata={
+            "name": "connections.max.reauth.ms",
+            "doc": "KIP-368: a SASL session lasts this long (or until its OAUTHBEARER token "
+            "expires); the client re-authenticates or the connection is closed; 0: no limit",
         },
     )
     connection_failed_authentication_delay_ms: int = field(
@@ -225,6 +234,50 @@ class BrokerConfig:
             "doc": "allow a resource no ACL names at all (authorizer on only)",
         },
     )
+    # -- listeners and TLS (docs/security.md, "TLS listeners") --
+    listeners: str = field(
+        default="",
+        metadata={
+            "name": "listeners",
+            "doc": "comma-separated PROTOCOL://host:port listeners (PLAINTEXT, SSL, "
+            "SASL_PLAINTEXT, SASL_SSL; port 0: a free port); empty: the one --listen address",
+        },
+    )
+    advertised_listeners: str = field(
+        default="",
+        metadata={
+            "name": "advertised.listeners",
+            "doc": "PROTOCOL://host:port per listener as clients are to reach it (behind NAT "
+            "or in a container); a listener not named here is told as it is bound",
+        },
+    )
+    ssl_keystore_type: str = field(default="PEM", metadata={
+        "name": "ssl.keystore.type", "doc": "PEM (the only type this broker reads)"})
+    ssl_keystore_location: str = field(default="", metadata={
+        "name": "ssl.keystore.location",
+        "doc": "a PEM file with the private key and the certificate chain"})
+    ssl_keystore_certificate_chain: str = field(default="", metadata={
+        "name": "ssl.keystore.certificate.chain", "doc": "the certificate chain, PEM text"})
+    ssl_keystore_key: str = field(default="", metadata={
+        "name": "ssl.keystore.key", "doc": "the private key, PEM text"})
+    ssl_key_password: str = field(default="", metadata={
+        "name": "ssl.key.password", "doc": "the password of an encrypted private key"})
+    ssl_truststore_type: str = field(default="PEM", metadata={
+        "name": "ssl.truststore.type", "doc": "PEM (the only type this broker reads)"})
+    ssl_truststore_location: str = field(default="", metadata={
+        "name": "ssl.truststore.location",
+        "doc": "a PEM file of the CA certificates client certificates are checked against"})
+    ssl_truststore_certificates: str = field(default="", metadata={
+        "name": "ssl.truststore.certificates", "doc": "the same CA certificates, PEM text"})
+    ssl_client_auth: str = field(default="none", metadata={
+        "name": "ssl.client.auth",
+        "doc": "none, requested (checked when given) or required (mTLS)"})
+    ssl_principal_mapping_rules: str = field(default="DEFAULT", metadata={
+        "name": "ssl.principal.mapping.rules",
+        "doc": "RULE:pattern/replacement/[LU] and DEFAULT (the whole subject), in order"})
+    ssl_cipher_suites: str = field(default="", metadata={
+        "name": "ssl.cipher.suites",
+        "doc": "OpenSSL cipher list for TLS 1.2; empty: OpenSSL's defaults"})
     # -- kipproducer's extensions (docs/protocol.md) --
     kip_wire_version: int = field(
         default=2,

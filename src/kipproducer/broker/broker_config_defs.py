@@ -28,6 +28,7 @@ from .storage.config_def import (
     TYPE_INT,
     TYPE_LIST,
     TYPE_LONG,
+    TYPE_PASSWORD,
     TYPE_SHORT,
     TYPE_STRING,
     render_typed,
@@ -56,12 +57,28 @@ _LONG_PROPERTIES: Final = frozenset({
     "log.flush.scheduler.interval.ms",
     "log.cleaner.backoff.ms",
     "request.read.timeout.ms",
+    "connections.max.reauth.ms",
 })
 _LIST_PROPERTIES: Final = frozenset({"sasl.enabled.mechanisms"})
+#: Kafka's PASSWORD-typed properties: DescribeConfigs never shows their values.
+_PASSWORD_PROPERTIES: Final = frozenset({"ssl.key.password", "ssl.keystore.key"})
 
 
 def _listener_name(broker: Broker) -> str:
-    return "SASL_PLAINTEXT" if broker.config.sasl_enabled_mechanisms.strip() else "PLAINTEXT"
+    return broker.server.spec.protocol
+
+
+def _listeners(broker: Broker) -> str:
+    return ",".join(f"{s.spec.protocol}://{s.host}:{s.port}" for s in broker.servers)
+
+
+def _advertised_listeners(broker: Broker) -> str:
+    return ",".join(f"{s.spec.protocol}://{':'.join(map(str, broker.advertised_address(s)))}"
+                    for s in broker.servers)
+
+
+def _protocol_map(broker: Broker) -> str:
+    return ",".join(f"{s.spec.protocol}:{s.spec.protocol}" for s in broker.servers)
 
 
 # Keys that describe the running node: name -> (type, value from the broker, from the command
@@ -69,14 +86,13 @@ def _listener_name(broker: Broker) -> str:
 _NodeValue = Callable[["Broker"], Any]
 _NODE_KEYS: Final[dict[str, tuple[int, _NodeValue, bool, str]]] = {
     "listeners": (
-        TYPE_STRING, lambda b: f"{_listener_name(b)}://{b.server.host}:{b.server.port}", True,
-        "the address --listen bound"),
+        TYPE_STRING, _listeners, True, "the addresses --listen and listeners bound"),
     "advertised.listeners": (
-        TYPE_STRING, lambda b: f"{_listener_name(b)}://{b.advertised_host}:{b.advertised_port}",
-        True, "the address clients are told (advertised.host / advertised.port)"),
+        TYPE_STRING, _advertised_listeners,
+        True, "the addresses clients are told (advertised.host / advertised.port)"),
     "listener.security.protocol.map": (
-        TYPE_STRING, lambda b: f"{_listener_name(b)}:{_listener_name(b)}", False,
-        "one listener, named after its protocol"),
+        TYPE_STRING, _protocol_map, False,
+        "each listener is named after its protocol"),
     "inter.broker.listener.name": (TYPE_STRING, _listener_name, False, "there is no peer"),
     "process.roles": (TYPE_LIST, lambda b: ("broker", "controller"), False,
                       "one process is broker and controller"),
@@ -115,7 +131,14 @@ def _property_rows(broker: Broker) -> list[BrokerEntry]:
     config = broker.config
     rows = []
     for name, spec in BrokerConfig.properties().items():
+        if name in _NODE_KEYS:  # listeners: what the node bound, not the text given
+            continue
         value = getattr(config, spec.name)
+        if name in _PASSWORD_PROPERTIES:
+            rows.append(BrokerEntry(
+                name, None, SOURCE_STATIC_BROKER_CONFIG if name in config.explicit
+                else SOURCE_DEFAULT_CONFIG, TYPE_PASSWORD, (), spec.metadata.get("doc")))
+            continue
         if name in _LIST_PROPERTIES:
             config_type = TYPE_LIST
         elif isinstance(value, bool):

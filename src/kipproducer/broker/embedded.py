@@ -67,6 +67,10 @@ class EmbeddedBroker:
     def bootstrap_servers(self) -> str:
         return self.broker.bootstrap_servers
 
+    def listener_address(self, protocol: str) -> str:
+        """``host:port`` of the listener of that protocol (``listeners=SSL://127.0.0.1:0``)."""
+        return self.broker.listener_address(protocol)
+
     @property
     def host(self) -> str:
         return self.broker.advertised_host

@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 import struct
 import time
 from collections import deque
@@ -42,6 +43,7 @@ from kipproducer.protocol.produce_codec import (
 from .api import API_TABLE, RequestContext
 from .broker_config import BrokerConfigError
 from .connection_quotas import ConnectionQuotas
+from .listeners import ListenerSpec
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -63,15 +65,28 @@ class BrokerServer:
     #: thread accepts, and a burst of clients must not see dropped SYNs and seconds of retry.
     LISTEN_BACKLOG = 1024
 
-    def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0) -> None:
+    #: How long a TLS client has to finish its handshake before it is dropped.
+    TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+    def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *,
+                 spec: ListenerSpec | None = None, ssl_context: ssl.SSLContext | None = None,
+                 quotas: ConnectionQuotas | None = None) -> None:
         self.broker = broker
-        self.host = host
-        self.port = port
+        self.spec = spec or ListenerSpec(
+            "SASL_PLAINTEXT" if broker.config.sasl_enabled_mechanisms.strip() else "PLAINTEXT",
+            host, port)
+        self.host = self.spec.host
+        self.port = self.spec.port
+        self.ssl_context = ssl_context if self.spec.tls else None
+        self._handshakes: set[asyncio.Task] = set()  # TLS connections being set up
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task | None = None
         self._connections: dict[asyncio.Task, ClientLink] = {}
         self._ids = itertools.count(1)
         config = broker.config
+        if quotas is not None:  # shared by every listener, as Kafka's limits are
+            self.quotas = quotas
+            return
         try:
             self.quotas = ConnectionQuotas(
                 config.max_connections, config.max_connections_per_ip,
@@ -110,6 +125,10 @@ class BrokerServer:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        for task in list(self._handshakes):
+            task.cancel()
+        if self._handshakes:
+            await asyncio.gather(*self._handshakes, return_exceptions=True)
         for task, link in list(self._connections.items()):
             task.cancel()
             link.abort()
@@ -134,16 +153,29 @@ class BrokerServer:
                 sock.close()  # Kafka's answer to one connection too many from an address
                 continue
             link = ClientLink(self, ip)
-            try:
-                await loop.connect_accepted_socket(lambda link=link: link, sock)
-            except Exception as exc:  # the peer left already, or no memory: drop it alone
-                log.info("connection from %s could not be set up: %s", ip, exc)
-                if link.transport is None:
-                    quotas.release(ip)
-                sock.close()
+            if self.ssl_context is None:
+                await self._set_up(link, sock)
+            else:  # a TLS handshake takes round trips: never in the accept loop
+                task = loop.create_task(self._set_up(link, sock))
+                self._handshakes.add(task)
+                task.add_done_callback(self._handshakes.discard)
+
+    async def _set_up(self, link: ClientLink, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                lambda: link, sock, ssl=self.ssl_context,
+                ssl_handshake_timeout=(
+                    self.TLS_HANDSHAKE_TIMEOUT_S if self.ssl_context is not None else None))
+        except Exception as exc:  # the peer left already, a failed handshake: drop it alone
+            log.info("connection from %s on %s could not be set up: %s",
+                     link.ip, self.spec.protocol, exc)
+            if link.transport is None:
+                self.quotas.release(link.ip)
+            sock.close()
 
     def connection_made(self, link: ClientLink) -> None:
-        conn = Connection(self.broker, link, next(self._ids), link.ip)
+        conn = Connection(self.broker, link, next(self._ids), link.ip, self)
         task = asyncio.get_running_loop().create_task(self._serve(conn))
         self._connections[task] = link
 
@@ -221,7 +253,8 @@ class ClientLink(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.eof = True
         self._wake()
-        return True  # keep the transport open: answers may still be written
+        # Keep the transport open: answers may still be written (TLS cannot half-close).
+        return self.server.ssl_context is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -298,14 +331,16 @@ class ClientLink(asyncio.BufferedProtocol):
 
 
 class Connection:
-    def __init__(self, broker: Broker, link: ClientLink, conn_id: int, host: str) -> None:
+    def __init__(self, broker: Broker, link: ClientLink, conn_id: int, host: str,
+                 listener: BrokerServer | None = None) -> None:
         self.broker = broker
         self.link = link
         self.id = conn_id
         self.host = host
-        # Who the client is (User:ANONYMOUS until SASL says otherwise) and where it stands in
-        # the SASL exchange; see security/sasl.py.
-        self.session = broker.security.new_session(conn_id, host)
+        # Who the client is (User:ANONYMOUS until SASL or a client certificate says
+        # otherwise) and where it stands in the SASL exchange; see security/sasl.py.
+        peercert = link.transport.get_extra_info("peercert") if link.transport else None
+        self.session = broker.security.new_session(conn_id, host, listener, peercert)
 
     @property
     def principal(self) -> str:
@@ -402,6 +437,11 @@ class Connection:
                     header.api_key,
                     header.api_version,
                 )
+                raise ConnectionClosed
+            if self.session.expired and header.api_key not in (17, 36):
+                log.info("connection %s from %s (%s): the SASL session of %s expired "
+                         "(connections.max.reauth.ms); closing", self.id, self.host,
+                         header.client_id, self.session.principal)
                 raise ConnectionClosed
             if not self.session.may_handle(header.api_key):
                 log.warning(

@@ -19,6 +19,7 @@ from kipproducer.protocol import error_codes as ec
 
 from .config import SaslSettings
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
+from .tls import TlsSettings
 
 log = logging.getLogger("kipproducer.engine")
 
@@ -40,9 +41,10 @@ class Cluster:
     def __init__(self, bootstrap: list[tuple[str, int]], client_id: str, *,
                  request_timeout_s: float, connect_timeout_s: float,
                  allow_auto_create_topics: bool = True, sasl: SaslSettings | None = None,
-                 auth_retry_backoff_s: float = 1.0) -> None:
+                 auth_retry_backoff_s: float = 1.0, tls: TlsSettings | None = None) -> None:
         self.bootstrap = bootstrap
         self.sasl = sasl
+        self.tls = tls
         self.auth_retry_backoff_s = auth_retry_backoff_s
         # The last refused authentication: (its message, monotonic time it stops holding).
         self._auth_failure: tuple[str, float] | None = None
@@ -82,7 +84,8 @@ class Cluster:
             raise BrokerAuthenticationError(held)
         conn = BrokerConnection(node_id, host, port, self.client_id,
                                 request_timeout_s=self.request_timeout_s,
-                                connect_timeout_s=self.connect_timeout_s, sasl=self.sasl)
+                                connect_timeout_s=self.connect_timeout_s, sasl=self.sasl,
+                                tls=self.tls)
         try:
             await conn.connect()
         except BrokerAuthenticationError as exc:

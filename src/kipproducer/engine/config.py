@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kipproducer.sasl import MECHANISMS
+from kipproducer.sasl.oauthbearer import OAUTHBEARER
+
+from .oauth import OAuthTokens
+from .tls import TlsConfigError, TlsSettings, tls_settings
 
 #: kipproducer's own properties and their defaults.
 KIP_PROPERTIES: dict[str, Any] = {
@@ -45,7 +49,7 @@ def _acks(value: Any) -> int:
     return acks
 
 
-#: security.protocol values librdkafka knows; the engine speaks the first two.
+#: security.protocol values librdkafka knows; the engine speaks them all.
 SECURITY_PROTOCOLS = ("plaintext", "sasl_plaintext", "ssl", "sasl_ssl")
 #: librdkafka's default sasl.mechanism.
 DEFAULT_SASL_MECHANISM = "GSSAPI"
@@ -62,9 +66,36 @@ def _security_protocol(value: Any) -> str:
 class SaslSettings:
     """How the engine's connections authenticate (security.protocol=SASL_PLAINTEXT)."""
 
-    mechanism: str            # PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    mechanism: str            # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER
     username: str
     password: str = field(repr=False)
+    #: OAUTHBEARER's token source (oauth_cb, or an unsecured sasl.oauthbearer.config).
+    oauth: OAuthTokens | None = field(default=None, repr=False, compare=False)
+
+
+def _oauth_settings(props: Mapping[str, Any], protocol: str) -> SaslSettings:
+    """OAUTHBEARER: oauth_cb, or unsecured tokens from sasl.oauthbearer.config."""
+    callback = props.get("oauth_cb")
+    config = str(props.get("sasl.oauthbearer.config", "") or "")
+    method = str(props.get("sasl.oauthbearer.method", "default")).strip().lower()
+    if callback is not None:
+        if not callable(callback):
+            raise ConfigError("oauth_cb must be callable: oauth_cb(config) -> (token, expiry)")
+        return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.from_callback(callback, config))
+    if method == "oidc":
+        raise ConfigError(
+            "sasl.oauthbearer.method=oidc is librdkafka's own token client and not supported "
+            "by kipproducer's sending engine; fetch the token in an oauth_cb instead")
+    unsecure = str(props.get("enable.sasl.oauthbearer.unsecure.jwt", "false")).strip().lower()
+    if unsecure in ("true", "1"):
+        try:
+            return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.unsecured(config))
+        except ValueError as exc:
+            raise ConfigError(f"sasl.oauthbearer.config={config!r}: {exc}") from None
+    raise ConfigError(
+        f"sasl.mechanism=OAUTHBEARER with security.protocol={protocol.upper()} needs a token "
+        "source for kipproducer's sending engine: oauth_cb, or sasl.oauthbearer.config with "
+        "enable.sasl.oauthbearer.unsecure.jwt=true")
 
 
 def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
@@ -84,13 +115,10 @@ def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
             username = str(raw)
         elif name == "sasl.password":
             password = str(raw)
-    if protocol in ("ssl", "sasl_ssl"):
-        raise ConfigError(
-            f"security.protocol={protocol.upper()}: TLS is not supported by kipproducer's "
-            "sending engine yet (produce_arrays, produce_batch, append, produce(offset=...) "
-            "go through it); use PLAINTEXT or SASL_PLAINTEXT")
-    if protocol == "plaintext":
+    if protocol in ("plaintext", "ssl"):
         return None  # sasl.* are then ignored, as librdkafka does (it only warns)
+    if mechanism == OAUTHBEARER:
+        return _oauth_settings(props, protocol)
     if mechanism not in MECHANISMS:
         hint = ""
         if mechanism.upper() in MECHANISMS:
@@ -99,11 +127,32 @@ def _sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:
             hint = " (librdkafka's default when sasl.mechanism is not set)"
         raise ConfigError(
             f"sasl.mechanism={mechanism!r}{hint} is not supported by kipproducer's sending "
-            f"engine; with security.protocol=SASL_PLAINTEXT use one of {', '.join(MECHANISMS)}")
+            f"engine; with security.protocol={protocol.upper()} use one of "
+            f"{', '.join(MECHANISMS)} or {OAUTHBEARER}")
     if not username or password is None:
         raise ConfigError(
             f"sasl.username and sasl.password must be set for sasl.mechanism={mechanism}")
     return SaslSettings(mechanism, username, password)
+
+
+def security_protocol(props: Mapping[str, Any]) -> str:
+    """security.protocol in lower case (plaintext when unset, librdkafka's default)."""
+    raw = props.get("security.protocol", "plaintext")
+    try:
+        return _security_protocol(raw)
+    except ValueError as exc:
+        raise ConfigError(f"security.protocol={raw!r}: {exc}") from None
+
+
+def _tls_settings(props: Mapping[str, Any]) -> TlsSettings | None:
+    """The TLS settings (security.protocol SSL / SASL_SSL), else None; ConfigError naming the
+    property when a file is missing or a key does not open."""
+    if security_protocol(props) not in ("ssl", "sasl_ssl"):
+        return None
+    try:
+        return tls_settings(props)
+    except TlsConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _servers(value: Any) -> list[tuple[str, int]]:
@@ -150,8 +199,10 @@ class EngineConfig:
     # it too), so a topic the librdkafka lane would create is created for the bulk lane too.
     allow_auto_create_topics: bool = True
     # security.protocol / sasl.mechanism(s) / sasl.username / sasl.password: None is
-    # PLAINTEXT (librdkafka's default); TLS is refused (ConfigError).
+    # PLAINTEXT (librdkafka's default) or SSL.
     sasl: SaslSettings | None = None
+    # security.protocol SSL / SASL_SSL and the ssl.* properties (engine/tls.py); None: no TLS.
+    tls: TlsSettings | None = None
     # transactional.id: with it the engine runs the transaction protocol (KIP-98) and
     # idempotence is on, as librdkafka enforces; transaction.timeout.ms is librdkafka's.
     transactional_id: str | None = None
@@ -160,11 +211,13 @@ class EngineConfig:
     @classmethod
     def check_engine_properties(cls, props: Mapping[str, Any]) -> None:
         """ConfigError for what the engine cannot run with: the kip.* checks, and a security
-        setup it cannot speak (TLS, a SASL mechanism other than PLAIN / SCRAM-SHA-256 /
-        SCRAM-SHA-512). Checked when the engine starts (the first bulk or KIP call), not
+        setup it cannot speak (a SASL mechanism other than PLAIN / SCRAM-SHA-256 /
+        SCRAM-SHA-512, TLS files that are missing or do not open). Checked when the engine
+        starts (the first bulk or KIP call), not
         when the Producer is built: librdkafka's own lane speaks TLS and GSSAPI, and a
         drop-in Producer must keep working for code that never uses the engine."""
         _sasl_settings(props)
+        _tls_settings(props)
         cls.check_kip_properties(props)
 
     @classmethod
@@ -232,6 +285,7 @@ class EngineConfig:
         if "bootstrap_servers" not in values:
             raise ConfigError("bootstrap.servers is required")
         values["sasl"] = _sasl_settings(props)
+        values["tls"] = _tls_settings(props)
         config = cls(**values)
         if config.compression in ("none", ""):
             config.compression = None

@@ -11,8 +11,17 @@ Kafka's clients do (KIP-43, KIP-152): SaslHandshake v1 naming the mechanism, the
 SaslAuthenticate carrying the mechanism's tokens (PLAIN: one; SCRAM: client-first and
 client-final, and the broker's signature is checked). Only then is the connection handed out.
 A refusal is a :class:`BrokerAuthenticationError`: retrying with the same credentials would be
-refused again. Re-authentication (KIP-368) is not done: a broker that ends the session closes
-the connection, and the engine reconnects as after any lost connection.
+refused again.
+
+With TLS (security.protocol SSL / SASL_SSL, engine/tls.py) the socket is wrapped by asyncio's
+SSL transport before anything is sent; a failed handshake (an unknown CA, a certificate that
+does not name the host) is a :class:`BrokerTlsError`, as final as a refused password.
+
+OAUTHBEARER sends the token of the configured source (engine/oauth.py). When the broker
+answers SaslAuthenticate with a session lifetime (KIP-368), the connection re-authenticates
+between 85% and 95% of it, as Kafka's clients do: new requests are held (the connection reads
+as congested), the ones in flight are answered, SaslHandshake + SaslAuthenticate go out with
+a fresh token, then the held requests follow in order.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ import asyncio
 import itertools
 import logging
 import os
+import random
 import socket
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -41,9 +52,12 @@ from kipproducer.protocol.produce_codec import decode_produce_response, is_direc
 from kipproducer.protocol.schemas import version_range
 from kipproducer.sasl import PLAIN, plain_token
 from kipproducer.sasl.errors import AuthenticationFailed
+from kipproducer.sasl.oauthbearer import OAUTHBEARER, client_message
 from kipproducer.sasl.scram import ScramClient
 
 from .config import SaslSettings
+from .oauth import TokenError
+from .tls import TlsSettings, describe_handshake_error
 
 log = logging.getLogger("kipproducer.engine")
 
@@ -64,6 +78,15 @@ class BrokerAuthenticationError(BrokerConnectionError):
     """SASL authentication failed: the broker refused the mechanism or the credentials (its
     message is kept), or it could not prove it knows the SCRAM credential. Not retriable: the
     same credentials would be refused again (librdkafka reports this as _AUTHENTICATION)."""
+
+
+class BrokerTlsError(BrokerAuthenticationError):
+    """The TLS handshake failed (the broker's certificate is not trusted or does not name the
+    host, or the broker refused ours). Not retriable: the next handshake would fail alike."""
+
+
+class _HandshakeLost(Exception):
+    """The broker closed the TCP connection in the middle of the TLS handshake."""
 
 
 class HeldSocket(socket.socket):
@@ -120,8 +143,9 @@ async def open_held_socket(loop: asyncio.AbstractEventLoop, host: str,
 class BrokerConnection:
     def __init__(self, node_id: int, host: str, port: int, client_id: str, *,
                  request_timeout_s: float = 30.0, connect_timeout_s: float = 10.0,
-                 sasl: SaslSettings | None = None) -> None:
+                 sasl: SaslSettings | None = None, tls: TlsSettings | None = None) -> None:
         self.node_id = node_id
+        self.tls = tls
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -141,6 +165,13 @@ class BrokerConnection:
         self._watchdog_at = 0.0  # when it fires (time.monotonic())
         self.on_writable: Callable[[], None] | None = None  # runs when a full buffer drains
         self._closed_error: BaseException | None = None
+        self._peer_closed = False  # the broker closed the connection (EOF)
+        # KIP-368: the session's lifetime (ms, 0: none), the re-authentication timer, and the
+        # requests held while it runs (None: not re-authenticating).
+        self.session_lifetime_ms = 0
+        self.reauthentications = 0
+        self._reauth_timer: asyncio.TimerHandle | None = None
+        self._held: list[tuple] | None = None
 
     @property
     def connected(self) -> bool:
@@ -153,9 +184,19 @@ class BrokerConnection:
     async def connect(self) -> None:
         loop = asyncio.get_running_loop()
         self._closed_error = None
+        self._peer_closed = False
         try:
             self._transport, self._stream = await asyncio.wait_for(
                 self._open(loop), self.connect_timeout_s)
+        except ssl.SSLError as exc:
+            assert self.tls is not None
+            raise BrokerTlsError(describe_handshake_error(
+                exc, self.tls, f"broker {self.node_id} at {self.host}:{self.port}")) from None
+        except _HandshakeLost as exc:
+            raise BrokerTlsError(
+                f"broker {self.node_id} at {self.host}:{self.port} closed the connection during "
+                f"the TLS handshake ({exc}): is it a TLS listener? (security.protocol=SSL or "
+                "SASL_SSL needs one; a PLAINTEXT listener drops the TLS hello)") from None
         except (OSError, TimeoutError) as exc:
             raise BrokerConnectionError(
                 f"cannot connect to broker {self.node_id} at {self.host}:{self.port}: {exc}"
@@ -170,7 +211,18 @@ class BrokerConnection:
                 except OSError as exc:
                     raise BrokerConnectionError(
                         f"cannot use the connection to broker {self.node_id}: {exc}") from None
-            await self._negotiate()
+            try:
+                await self._negotiate()
+            except BrokerConnectionError as exc:
+                if self.tls is None or not self._peer_closed:
+                    raise
+                # TLS 1.3 ends the handshake on the client's side before the broker has
+                # checked the client's certificate: a refusal shows as a closed connection.
+                raise BrokerTlsError(
+                    f"broker {self.node_id} at {self.host}:{self.port} closed the TLS "
+                    f"connection before answering ApiVersions ({exc}): it refused our "
+                    "certificate, or requires one (ssl.client.auth=required: set "
+                    "ssl.certificate.location and ssl.key.location)") from None
             if self.sasl is not None:
                 await self._authenticate(self.sasl)
         except BaseException:
@@ -181,6 +233,14 @@ class BrokerConnection:
     async def _open(self, loop: asyncio.AbstractEventLoop):
         sock = await open_held_socket(loop, self.host, self.port)
         try:
+            if self.tls is not None:
+                try:
+                    return await loop.create_connection(
+                        lambda: _ResponseStream(self), sock=sock, ssl=self.tls.context,
+                        server_hostname=self.host if self.tls.check_hostname else None,
+                        ssl_handshake_timeout=self.connect_timeout_s)
+                except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
+                    raise _HandshakeLost(exc.strerror or type(exc).__name__) from None
             return await loop.create_connection(lambda: _ResponseStream(self), sock=sock)
         except BaseException:
             sock.close()
@@ -224,12 +284,21 @@ class BrokerConnection:
         if shake.error_code == ILLEGAL_SASL_STATE:
             raise BrokerAuthenticationError(
                 f"{where} has no SASL on this listener (ILLEGAL_SASL_STATE): "
-                "security.protocol=SASL_PLAINTEXT does not match it")
+                f"security.protocol={'SASL_SSL' if self.tls else 'SASL_PLAINTEXT'} does not "
+                "match it")
         if shake.error_code != ec.NONE:
             raise BrokerAuthenticationError(
                 f"{where} refused SaslHandshake for {sasl.mechanism}: "
                 f"{ec.error_name(shake.error_code)}")
-        if sasl.mechanism == PLAIN:
+        if sasl.mechanism == OAUTHBEARER:
+            assert sasl.oauth is not None
+            try:
+                token = sasl.oauth.current()
+            except TokenError as exc:
+                raise BrokerAuthenticationError(
+                    f"SASL/OAUTHBEARER with {where}: no token: {exc}") from None
+            await self._sasl_step(version, client_message(token.value, token.extensions), where)
+        elif sasl.mechanism == PLAIN:
             await self._sasl_step(version, plain_token(sasl.username, sasl.password), where)
         else:
             scram = ScramClient(sasl.mechanism, sasl.username, sasl.password)
@@ -247,6 +316,40 @@ class BrokerConnection:
                 raise BrokerAuthenticationError(
                     f"{where} failed SCRAM server authentication: {exc}") from None
         log.debug("authenticated to %s as %s with %s", where, sasl.username, sasl.mechanism)
+        if self.session_lifetime_ms > 0:
+            # KIP-368: Kafka's clients re-authenticate at a random 85-95% of the session.
+            delay = self.session_lifetime_ms / 1000 * random.uniform(0.85, 0.95)
+            self._reauth_timer = asyncio.get_running_loop().call_later(
+                delay, lambda: asyncio.ensure_future(self._reauthenticate()))
+
+    async def _reauthenticate(self) -> None:
+        """KIP-368: hold new requests, let those in flight be answered, authenticate again
+        on this connection, then send what was held. A refusal closes the connection."""
+        self._reauth_timer = None
+        if not self.connected or self.sasl is None:
+            return
+        self._held = []
+        try:
+            while self._pending and self._closed_error is None:
+                await asyncio.sleep(0.001)
+            if self._closed_error is not None:
+                return
+            await self._authenticate(self.sasl)
+            self.reauthentications += 1
+        except BrokerConnectionError as exc:
+            self._fail(exc if isinstance(exc, BrokerAuthenticationError)
+                       else BrokerAuthenticationError(f"re-authentication failed: {exc}"))
+            return
+        finally:
+            held, self._held = self._held, None
+        for api_key, version, frame_parts, on_answer, timeout_s in held or ():
+            try:
+                self.send_parts(api_key, version, frame_parts, on_answer, timeout_s=timeout_s)
+            except BrokerConnectionError as exc:
+                if on_answer is not None:
+                    self._answer(on_answer, None, exc)
+        if self._stream is not None and self._stream.paused is None and self.on_writable:
+            self.on_writable()
 
     async def _sasl_step(self, version: int, token: bytes, where: str) -> bytes:
         """One SaslAuthenticate round trip: our token out, the broker's token back."""
@@ -257,6 +360,7 @@ class BrokerConnection:
             # failed with SASL mechanism ...: invalid username or password").
             reason = answer.error_message or ec.error_name(answer.error_code)
             raise BrokerAuthenticationError(f"SASL authentication with {where} failed: {reason}")
+        self.session_lifetime_ms = int(getattr(answer, "session_lifetime", 0) or 0)
         return bytes(answer.auth_bytes)
 
     def version_for(self, api_key: int, wanted_max: int, wanted_min: int = 0) -> int:
@@ -330,6 +434,10 @@ class BrokerConnection:
         if transport is None or self._closed_error is not None:
             raise BrokerConnectionError(
                 f"not connected to broker {self.node_id}: {self._closed_error}")
+        if self._held is not None and api_key not in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            # Re-authenticating (KIP-368): sent, in order, once the session is renewed.
+            self._held.append((api_key, version, frame_parts, on_answer, timeout_s))
+            return
         correlation_id = next(self._ids) & 0x7FFFFFFF
         parts = frame_parts(correlation_id, self.client_id)
         if on_answer is not None:
@@ -348,8 +456,10 @@ class BrokerConnection:
 
     @property
     def congested(self) -> bool:
-        """The socket buffer is full (the transport paused writing)."""
-        return self._stream is not None and self._stream.paused is not None
+        """The socket buffer is full (the transport paused writing), or the connection is
+        re-authenticating (``on_writable`` runs after either)."""
+        return self._held is not None or (
+            self._stream is not None and self._stream.paused is not None)
 
     def _arm_watchdog(self, deadline: float) -> None:
         if self._watchdog is not None:
@@ -408,9 +518,16 @@ class BrokerConnection:
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+        if self._reauth_timer is not None:
+            self._reauth_timer.cancel()
+            self._reauth_timer = None
         pending, self._pending = self._pending, OrderedDict()
         for entry in pending.values():
             self._answer(entry[2], None, error)
+        held, self._held = self._held, None
+        for entry in held or ():
+            if entry[3] is not None:
+                self._answer(entry[3], None, error)
         if self._transport is not None:
             self._transport.close()
         if self._stream is not None:
@@ -451,12 +568,20 @@ class _ResponseStream(asyncio.BufferedProtocol):
                 return
 
     def eof_received(self) -> bool:
+        self.conn._peer_closed = True
         self.conn._fail(BrokerConnectionError(
             f"broker {self.conn.node_id} closed the connection"))
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         conn = self.conn
+        if isinstance(exc, ssl.SSLError):  # e.g. the broker refused our certificate (mTLS)
+            conn._fail(BrokerTlsError(
+                f"TLS connection to broker {conn.node_id} at {conn.host}:{conn.port} failed: "
+                f"{exc}"))
+            return
+        if exc is None:
+            conn._peer_closed = True
         conn._fail(BrokerConnectionError(
             f"connection to broker {conn.node_id} failed: {exc}" if exc is not None
             else f"broker {conn.node_id} closed the connection"))

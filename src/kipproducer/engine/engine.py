@@ -510,7 +510,7 @@ class Engine:
                                request_timeout_s=config.request_timeout_ms / 1000,
                                connect_timeout_s=config.socket_timeout_ms / 1000,
                                allow_auto_create_topics=config.allow_auto_create_topics,
-                               sasl=config.sasl,
+                               sasl=config.sasl, tls=config.tls,
                                auth_retry_backoff_s=config.retry_backoff_max_ms / 1000)
         self._ready.set()
         try:

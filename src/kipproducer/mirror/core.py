@@ -3,7 +3,8 @@ the target (writers.py), the topic map follows the source's topics (topics.py).
 
 Two readers: the fast one (fetcher.py) fetches whole record batches in a thread of its own and
 the writers forward them without decoding; a librdkafka consumer (this module) serves the
-source configs the fast one cannot (TLS, SASL mechanisms other than PLAIN and SCRAM), one
+source configs the fast one cannot (SASL mechanisms other than PLAIN and SCRAM, such as
+GSSAPI; TLS sources are read by the fast one), one
 Python Message per record. ``Mirror.reader_kind`` (and the metrics' ``reader``) says which ran.
 
 The main thread writes, serves delivery reports and commits, so a stop (``stop()``,
@@ -118,11 +119,11 @@ class Mirror:
             if self.reader_kind == "fetch" and not self.writer.can_forward():
                 if self._reader_asked == "fetch":
                     raise MirrorError("the fetch reader needs a target producer that runs "
-                                      "kipproducer's engine; this --target-config (TLS) keeps "
+                                      "kipproducer's engine; this --target-config (GSSAPI) keeps "
                                       "librdkafka's transactions")
                 log.warning("reading the source with a librdkafka consumer (the slower path): "
                             "the target producer keeps librdkafka's transactions with this "
-                            "--target-config (TLS), so it cannot take whole batches")
+                            "--target-config (GSSAPI), so it cannot take whole batches")
                 self.reader_kind = self.metrics.reader = "consumer"
             if self.reader_kind == "fetch":
                 self.fetcher = FetchReader(self.source_config, self.isolation,

@@ -33,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.config import ConfigError, SaslSettings, _sasl_settings
+from ..engine.config import ConfigError, SaslSettings, _sasl_settings, _tls_settings
 from ..engine.connection import BrokerConnection, BrokerConnectionError
+from ..engine.tls import TlsSettings
 from ..protocol import build_request
 from ..protocol import error_codes as ec
 from .batches import SourceBatch, SourceBatchError, walk
@@ -66,6 +67,7 @@ def unsupported(config: Mapping[str, Any]) -> str | None:
     """Why the fast reader cannot read a source with this librdkafka config, or None."""
     try:
         _sasl_settings(config)
+        _tls_settings(config)
     except ConfigError as exc:
         return str(exc)
     return None
@@ -91,6 +93,7 @@ class FetchReader:
         if reason is not None:
             raise MirrorError(reason)
         self.sasl: SaslSettings | None = _sasl_settings(config)
+        self.tls: TlsSettings | None = _tls_settings(config)
         self.bootstrap = [b.strip() for b in str(config["bootstrap.servers"]).split(",")
                           if b.strip()]
         self.read_committed = isolation == "read_committed"
@@ -224,7 +227,8 @@ class FetchReader:
         else:
             host, port = self._brokers[node]
         conn = BrokerConnection(node, host or "127.0.0.1", int(port), "kip-mirror",
-                                request_timeout_s=self.timeout, sasl=self.sasl)
+                                request_timeout_s=self.timeout, sasl=self.sasl,
+                                tls=self.tls)
         await conn.connect()
         self._conns[node] = conn
         return conn

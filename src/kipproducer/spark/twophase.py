@@ -93,7 +93,7 @@ def run_all(calls: Iterable[Any]) -> None:
 def transactional_ids(props: Mapping[str, Any], prefix: str) -> dict[str, str] | None:
     """{transactional id: state} of every id starting with ``prefix`` known to any broker's
     coordinator (ListTransactions on each broker), or None when the cluster cannot list
-    them (Kafka before 3.0, no Describe permission, TLS)."""
+    them (Kafka before 3.0, no Describe permission)."""
     from confluent_kafka.admin import AdminClient
 
     from ..blocking_client import RequestFailed
@@ -102,7 +102,7 @@ def transactional_ids(props: Mapping[str, Any], prefix: str) -> dict[str, str] |
 
     conf = connection(props)
     protocol = str(conf.get("security.protocol", "PLAINTEXT")).upper()
-    if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+    if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL"):
         log.warning("cannot list transactions over %s: leftover transactions of failed "
                     "attempts end by transaction.timeout.ms", protocol)
         return None

@@ -175,8 +175,8 @@ async def metadata(ctx: RequestContext, body):
     broker = ctx.broker
     node = {
         "node_id": broker.node_id,
-        "host": broker.advertised_host,
-        "port": broker.advertised_port,
+        "host": broker.advertised_for(ctx.session)[0],
+        "port": broker.advertised_for(ctx.session)[1],
     }
     fields: dict = {"brokers": [node], "topics": out}
     if v >= 1:
@@ -201,8 +201,8 @@ async def describe_cluster(ctx: RequestContext, body):
         brokers=[
             {
                 "broker_id": broker.node_id,
-                "host": broker.advertised_host,
-                "port": broker.advertised_port,
+                "host": broker.advertised_for(ctx.session)[0],
+                "port": broker.advertised_for(ctx.session)[1],
                 "rack": None,
             }
         ],

@@ -76,8 +76,8 @@ def _find_one(ctx: RequestContext, key: str, key_type: int) -> dict:
         return {
             "key": key,
             "node_id": broker.node_id,
-            "host": broker.advertised_host,
-            "port": broker.advertised_port,
+            "host": broker.advertised_for(ctx.session)[0],
+            "port": broker.advertised_for(ctx.session)[1],
             "error_code": ec.NONE,
             "error_message": None,
         }

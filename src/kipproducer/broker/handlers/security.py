@@ -81,10 +81,13 @@ async def sasl_handshake(ctx: RequestContext, body):
 
 @handles(SASL_AUTHENTICATE, 0, 2)
 async def sasl_authenticate(ctx: RequestContext, body):
-    code, message, reply = await _session(ctx).authenticate(body.auth_bytes)
+    session = _session(ctx)
+    code, message, reply = await session.authenticate(body.auth_bytes)
     fields: dict[str, Any] = {"error_code": code, "error_message": message, "auth_bytes": reply}
     if ctx.api_version >= 1:
-        fields["session_lifetime"] = 0  # KIP-368: 0 = no re-authentication required
+        # KIP-368: how long the session lasts (connections.max.reauth.ms, the token's
+        # expiry); 0 = no re-authentication required.
+        fields["session_lifetime"] = session.session_lifetime_ms if code == 0 else 0
     return build_response(SASL_AUTHENTICATE, ctx.api_version, **fields)
 
 

@@ -15,7 +15,8 @@ from typing import Any
 from ..broker_config import BrokerConfig, BrokerConfigError
 from .acls import WILDCARD, AclOperation, ResourceType
 from .authorizer import AclStore, Authorizer, parse_super_users
-from .sasl import SUPPORTED_MECHANISMS, SaslConfig, SaslSession
+from .sasl import ANONYMOUS, SUPPORTED_MECHANISMS, SaslConfig, SaslSession, State
+from .tls import NoMappingRule, parse_mapping_rules, principal_name, subject_dn
 from .users import UserStore
 
 log = logging.getLogger("kipproducer.broker.security")
@@ -47,7 +48,8 @@ class BrokerSecurity:
             raise BrokerConfigError(str(exc)) from None
         self.users = UserStore(data_dir)
         self.acls = AclStore(data_dir)
-        self.sasl = SaslConfig(self.mechanisms, self.users)
+        self.sasl = SaslConfig(self.mechanisms, self.users, config.connections_max_reauth_ms)
+        self.principal_rules = parse_mapping_rules(config.ssl_principal_mapping_rules)
         enabled = config.authorizer_enabled or bool((config.authorizer_class_name or "").strip())
         self.authorizer: Authorizer | None = (
             Authorizer(
@@ -72,8 +74,27 @@ class BrokerSecurity:
                      ", ".join(sorted(self.authorizer.super_users)) or "none",
                      str(self.authorizer.allow_everyone_if_no_acl_found).lower())
 
-    def new_session(self, conn_id: int, host: str) -> SaslSession:
-        return SaslSession(self.sasl, conn_id, host)
+    def new_session(self, conn_id: int, host: str, listener: Any = None,
+                    peercert: dict | None = None) -> SaslSession:
+        """A connection's session. On an SSL listener a client certificate names the principal
+        (ssl.principal.mapping.rules); SASL listeners ask the SASL exchange."""
+        spec = getattr(listener, "spec", None)
+        if spec is None:  # one listener, as before listeners= existed
+            return SaslSession(self.sasl, conn_id, host, listener=listener)
+        principal = ANONYMOUS
+        failure = None
+        if spec.protocol == "SSL" and peercert:
+            dn = subject_dn(peercert)
+            try:
+                principal = "User:" + principal_name(dn, self.principal_rules)
+            except NoMappingRule as exc:
+                failure = str(exc)
+        session = SaslSession(self.sasl, conn_id, host, sasl=spec.sasl, principal=principal,
+                              listener=listener)
+        if failure is not None:
+            log.warning("connection %s from %s: %s; closing", conn_id, host, failure)
+            session.state = State.FAILED
+        return session
 
     def authorize(
         self, principal: str, operation: Any, resource_type: Any, name: str,

@@ -25,10 +25,12 @@ import asyncio
 import enum
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 from kipproducer.protocol import error_codes as ec
+from kipproducer.sasl.oauthbearer import OAUTHBEARER, parse_client_message, validate_unsecured
 from kipproducer.sasl.scram import HASHES, ScramServer
 
 from .errors import AuthenticationFailed, MalformedToken
@@ -37,7 +39,7 @@ from .users import UserStore
 log = logging.getLogger("kipproducer.broker.security")
 
 PLAIN = "PLAIN"
-SUPPORTED_MECHANISMS = (PLAIN, *HASHES)
+SUPPORTED_MECHANISMS = (PLAIN, *HASHES, OAUTHBEARER)
 ANONYMOUS = "User:ANONYMOUS"
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
@@ -98,12 +100,38 @@ class PlainServer:
         return b""
 
 
+class OAuthBearerServer:
+    """SASL/OAUTHBEARER with Kafka's unsecured-JWT validation (for tests and development):
+    the token's ``sub`` is the principal, its ``exp`` bounds the session (KIP-368)."""
+
+    def __init__(self) -> None:
+        self.username: str | None = None
+        self.complete = False
+        self.expires_at: float | None = None  # seconds since the epoch
+
+    def step(self, token: bytes) -> bytes:
+        if self.complete:
+            raise MalformedToken("the OAUTHBEARER exchange is already finished")
+        jwt, _extensions, authzid = parse_client_message(token)
+        valid = validate_unsecured(jwt)
+        if authzid and authzid != valid.principal:
+            raise AuthenticationFailed(
+                "the authorization id requested differs from the token's principal")
+        self.username = valid.principal
+        self.expires_at = valid.expires_at
+        self.complete = True
+        return b""
+
+
 class SaslConfig:
     """What every connection's session needs: the enabled mechanisms and the user store."""
 
-    def __init__(self, mechanisms: tuple[str, ...], users: UserStore) -> None:
+    def __init__(self, mechanisms: tuple[str, ...], users: UserStore,
+                 reauth_ms: int = 0) -> None:
         self.mechanisms = mechanisms
         self.users = users
+        #: connections.max.reauth.ms (KIP-368): 0, sessions do not expire.
+        self.reauth_ms = reauth_ms
         # Salts for users that do not exist: stable within the broker's life (so a client
         # cannot spot the decoy by asking twice), unknown outside it.
         self.decoy_secret = os.urandom(32)
@@ -115,6 +143,8 @@ class SaslConfig:
     def exchange(self, mechanism: str) -> Exchange:
         if mechanism == PLAIN:
             return PlainServer(self.users.verify_password)
+        if mechanism == OAUTHBEARER:
+            return OAuthBearerServer()
         return ScramServer(
             mechanism,
             lambda name: self.users.credential(name, mechanism),
@@ -125,16 +155,27 @@ class SaslConfig:
 class SaslSession:
     """Per connection: who the client is, and where it stands in the SASL exchange."""
 
-    def __init__(self, config: SaslConfig, conn_id: int, host: str) -> None:
+    def __init__(self, config: SaslConfig, conn_id: int, host: str, *,
+                 sasl: bool | None = None, principal: str = ANONYMOUS,
+                 listener: object | None = None) -> None:
         self.config = config
         self.conn_id = conn_id
         self.host = host
-        self.principal = ANONYMOUS
-        self.state = State.START if config.enabled else State.AUTHENTICATED
+        #: Whether this connection's listener takes SASL (SASL_PLAINTEXT / SASL_SSL).
+        self.sasl = config.enabled if sasl is None else sasl and config.enabled
+        #: The BrokerServer the client connected to (its address is what Metadata tells).
+        self.listener = listener
+        self.principal = principal
+        self.state = State.START if self.sasl else State.AUTHENTICATED
         self.mechanism: str | None = None
         self.raw_tokens = False  # after a v0 SaslHandshake (no Kafka headers on tokens)
         self.close_requested = False
         self._exchange: Exchange | None = None
+        #: KIP-368: when the session ends (time.time()), None: never; and its length in ms
+        #: as told in the SaslAuthenticate answer.
+        self.expires_at: float | None = None
+        self.session_lifetime_ms = 0
+        self.reauthenticating = False
 
     @property
     def authenticated(self) -> bool:
@@ -160,11 +201,16 @@ class SaslSession:
     def handshake(self, mechanism: str, version: int) -> tuple[int, list[str]]:
         """(error code, mechanisms to list in the response)."""
         enabled = list(self.config.mechanisms)
-        if not self.config.enabled:
+        if not self.sasl:
             return ILLEGAL_SASL_STATE, enabled
         if self.state is State.AUTHENTICATED:
-            # Kafka answers a handshake after authentication this way (no re-authentication).
-            return ILLEGAL_SASL_STATE, enabled
+            if self.config.reauth_ms <= 0 or mechanism != self.mechanism:
+                # Without connections.max.reauth.ms Kafka answers so (no re-authentication);
+                # re-authentication keeps the mechanism (KIP-368).
+                return ILLEGAL_SASL_STATE, enabled
+            self._exchange = self.config.exchange(mechanism)
+            self.reauthenticating = True
+            return ec.NONE, enabled
         if self.state is not State.START:
             self._fail(f"a second SaslHandshake ({mechanism!r}) during the exchange")
             return ILLEGAL_SASL_STATE, enabled
@@ -182,12 +228,13 @@ class SaslSession:
 
     async def authenticate(self, token: bytes) -> tuple[int, str | None, bytes]:
         """(error code, error message, server token) for one SaslAuthenticate request."""
-        if not self.config.enabled:
+        if not self.sasl:
             return ILLEGAL_SASL_STATE, "SASL is not enabled on this listener", b""
-        if self.state is State.AUTHENTICATED:
-            return (ILLEGAL_SASL_STATE,
-                    "already authenticated; re-authentication is not supported", b"")
-        if self.state is not State.EXCHANGE or self.raw_tokens:
+        if self.state is State.AUTHENTICATED and not self.reauthenticating:
+            return (ILLEGAL_SASL_STATE, "already authenticated; " + (
+                "re-authentication starts with SaslHandshake" if self.config.reauth_ms > 0
+                else "re-authentication is not supported"), b"")
+        if (self.state is not State.EXCHANGE and not self.reauthenticating) or self.raw_tokens:
             message = "SaslAuthenticate must follow a successful SaslHandshake v1"
             self._fail(message)
             return ILLEGAL_SASL_STATE, message, b""
@@ -219,12 +266,37 @@ class SaslSession:
         reply = await asyncio.get_running_loop().run_in_executor(None, exchange.step, bytes(token))
         if exchange.complete:
             assert exchange.username is not None
-            self.principal = f"User:{exchange.username}"
+            principal = f"User:{exchange.username}"
+            if self.reauthenticating and principal != self.principal:
+                raise AuthenticationFailed(
+                    f"re-authentication as {principal} on a connection of {self.principal}")
+            self.principal = principal
             self.state = State.AUTHENTICATED
+            self.reauthenticating = False
             self._exchange = None
+            self._start_session(getattr(exchange, "expires_at", None))
             log.debug("connection %s from %s authenticated as %s (SASL/%s)",
                       self.conn_id, self.host, self.principal, self.mechanism)
         return reply
+
+    def _start_session(self, credential_expiry: float | None) -> None:
+        """KIP-368: with connections.max.reauth.ms the session lasts that long, or until the
+        credential (an OAUTHBEARER token) expires if sooner; the client re-authenticates in
+        time or the broker closes the connection."""
+        reauth_ms = self.config.reauth_ms
+        if reauth_ms <= 0:
+            self.expires_at, self.session_lifetime_ms = None, 0
+            return
+        now = time.time()
+        lifetime_ms = reauth_ms
+        if credential_expiry is not None:
+            lifetime_ms = max(0, min(lifetime_ms, int((credential_expiry - now) * 1000)))
+        self.session_lifetime_ms = lifetime_ms
+        self.expires_at = now + lifetime_ms / 1000
+
+    @property
+    def expired(self) -> bool:
+        return self.expires_at is not None and time.time() >= self.expires_at
 
     def _fail(self, reason: str) -> None:
         log.warning("connection %s from %s: SASL authentication failed: %s; closing",
