@@ -16,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "producer"))
 from producer_support import TansuBroker, tansu_binary  # noqa: E402
 
 
-
 @pytest.fixture(scope="module")
 def source() -> Iterator[EmbeddedBroker]:
     config = {"num.partitions": 3,

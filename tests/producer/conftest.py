@@ -22,7 +22,6 @@ from producer_support import KipProcess, TansuBroker, TcpProxy, tansu_binary
 from kipproducer.broker.embedded import EmbeddedBroker
 
 
-
 class Broker:
     """What a test needs of a broker: where it is and what it is."""
 
