@@ -71,6 +71,7 @@ class _Mock:
                 None, [p, i16, sz, ctypes.POINTER(ctypes.c_int)]),
             "rd_kafka_mock_clear_request_errors": (None, [p, i16]),
             "rd_kafka_mock_coordinator_set": (ctypes.c_int, [p, s, s, i32]),
+            "rd_kafka_mock_set_controller_id": (None, [p, i32]),
         }
         for name, (restype, argtypes) in signatures.items():
             fn = getattr(lib, name)
@@ -125,6 +126,9 @@ class _Mock:
         if cmd == "coordinator":
             return lib.rd_kafka_mock_coordinator_set(mc, args["key_type"].encode(),
                                                      args["key"].encode(), args["broker"])
+        if cmd == "controller":
+            lib.rd_kafka_mock_set_controller_id(mc, args["broker"])
+            return 0
         raise ValueError(f"unknown command {cmd!r}")
 
 
@@ -222,6 +226,12 @@ class MockCluster:
     def set_coordinator(self, key_type: str, key: str, broker: int) -> None:
         """``key_type`` "transaction" or "group"."""
         self._checked("coordinator", key_type=key_type, key=key, broker=broker)
+
+    def set_controller(self, broker: int) -> None:
+        """The broker Metadata names as the controller. The mock names none by default, and
+        librdkafka's admin client then waits its whole timeout for one before it finds that
+        CreateTopics is not served (the mock has no topic admin API)."""
+        self.command("controller", broker=broker)
 
     def close(self) -> int | None:
         if self.proc.poll() is None:
