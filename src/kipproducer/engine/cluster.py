@@ -133,11 +133,6 @@ class Cluster:
         self._reconnect[node_id] = (now + wait_ms / 1000,
                                     min(backoff_ms * 2, self.reconnect_backoff_max_ms))
 
-    def reachable_soon(self, node_id: int) -> float:
-        """Seconds until ``node_id`` may be tried again (0: now)."""
-        next_at = self._reconnect.get(node_id, (0.0, 0.0))[0]
-        return max(next_at - time.monotonic(), 0.0)
-
     def authentication_failure(self) -> str | None:
         """Why the last connection attempt was refused authentication, while that holds
         (``auth_retry_backoff_s`` after it); None otherwise."""

@@ -881,6 +881,7 @@ class Engine:
             await self.cluster.refresh(sorted(topics | set(self.cluster.topics)))
         except (BrokerConnectionError, OSError) as exc:
             log.info("metadata refresh failed: %s", exc)
+            self._need_metadata = True  # asked again (at most once per retry.backoff.ms)
             return
         for sender in self._partitions.values():
             meta = self.cluster.topics.get(sender.topic)
