@@ -16,6 +16,8 @@ commits) and read_committed isolation itself is not checked.
   and 3 (the coordinator stays on broker 2); it is back 2 s later. Batches in flight on the
   lost connections are sent again to the new leaders: the mock recognises a retry that had
   landed (it checks transactional sequences), so a duplicate here would be the client's.
+* ``failover_never_back``: the same, and broker 1 stays down until every transaction is
+  committed.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def _run(cluster: MockCluster, client: str, kind: str) -> Outcome:
         events = {3: lambda: move(1), 6: lambda: move(2)}
     elif kind == "errors":
         events = {t: lambda: cluster.push_request_errors(PRODUCE, INJECTED) for t in (2, 5)}
-    elif kind == "failover":
+    elif kind.startswith("failover"):
         cluster.set_coordinator("transaction", tid, 2)
 
         def failover() -> None:
@@ -68,8 +70,9 @@ def _run(cluster: MockCluster, client: str, kind: str) -> Outcome:
             for p in range(PARTITIONS):
                 if p % 3 == 0:
                     cluster.set_leader(topic, p, 2 if p % 2 else 3)
-            timers.append(threading.Timer(2.0, cluster.broker_up, (1,)))
-            timers[-1].start()
+            if kind == "failover":
+                timers.append(threading.Timer(2.0, cluster.broker_up, (1,)))
+                timers[-1].start()
 
         events = {3: failover}
     else:
@@ -85,7 +88,8 @@ def _run(cluster: MockCluster, client: str, kind: str) -> Outcome:
     return judge(outcome, cluster.bootstrap, TXNS * TXN_RECORDS)
 
 
-@pytest.mark.parametrize("kind", ["moves", "errors", "coordinator_down", "failover"])
+@pytest.mark.parametrize(
+    "kind", ["moves", "errors", "coordinator_down", "failover", "failover_never_back"])
 @pytest.mark.parametrize("client", ["arrays", "batch"])
 def test_transactions(mock_cluster: MockCluster, client: str, kind: str):
     confluent = _run(mock_cluster, "confluent", kind)
