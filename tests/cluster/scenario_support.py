@@ -29,9 +29,9 @@ from mock_cluster import MockCluster
 from kipproducer import producer as kp
 
 N = 30_000
-PACE_S = 3.0
+PACE_S = 2.0
 CHUNK = 1_000
-EVENT_AT_S = 1.0
+EVENT_AT_S = 0.7
 PARTITIONS = 6
 KEYS = 60
 PAD = b"." * 60

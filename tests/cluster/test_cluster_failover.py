@@ -3,7 +3,7 @@ Producer, in the same test on the same mock cluster.
 
 * ``down_and_up``: broker 1 down for 2 s, its partitions keep it as leader (no failover).
 * ``failover_back``: broker 1 down, its partitions moved to brokers 2 and 3; it comes back
-  6 s later, after the load's pacing has ended: a client that waited for it instead of
+  4 s later, after the load's pacing has ended: a client that waited for it instead of
   following the new leaders would take over 1.5x confluent's time.
 * ``failover_never_back``: the same, and it stays down until every record has its report.
 
@@ -41,7 +41,7 @@ def _scenario(cluster: MockCluster, topic: str, kind: str) -> tuple:
             if p % 3 + 1 == DOWN:
                 cluster.set_leader(topic, p, 2 if p % 2 else 3)
         if kind == "failover_back":
-            timers.append(threading.Timer(6.0, cluster.broker_up, (DOWN,)))
+            timers.append(threading.Timer(4.0, cluster.broker_up, (DOWN,)))
             timers[-1].start()
 
     def restore() -> None:

@@ -2,7 +2,7 @@
 modes; the target is the reference broker (``kip broker``, embedded), which speaks KIP-391
 for preserve mode.
 
-The source is librdkafka's mock cluster, written by confluent-kafka's Producer (paced, 3 s)
+The source is librdkafka's mock cluster, written by confluent-kafka's Producer (paced, 2 s)
 while the event happens; the mirror runs meanwhile. Judged: once the source is written, the
 target holds exactly the source's records: preserve mode at the same offsets, transactional
 mode in the same order per partition (its copies are committed with the source offsets).
@@ -34,7 +34,7 @@ from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.mirror import Mirror
 
 N = 6_000
-PACE_S = 3.0
+PACE_S = 2.0
 
 
 def _read(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple]]:
