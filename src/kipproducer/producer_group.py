@@ -220,7 +220,8 @@ class ProducerGroup:
             future.result()
             log.info("created positions topic %s (%d partitions)", self.topic, self.count)
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS and \
+                    not self._has_topic(admin, timeout):
                 raise _error(exc.args[0].code(), f"could not create positions topic "
                              f"{self.topic!r}: {exc.args[0].str()}") from None
         for _attempt in range(5):
@@ -258,6 +259,17 @@ class ProducerGroup:
             time.sleep(0.05 * (_attempt + 1))
         raise _error(KafkaError._FAIL, f"positions topic {self.topic!r}: its partition count "
                      f"did not settle to {self.count}")
+
+    def _has_topic(self, admin: Any, timeout: float) -> bool:
+        """Whether the positions topic exists with exactly the group's partition count: then a
+        CreateTopics the cluster refuses (no admin API, no permission to create) is no
+        matter, the topic was created beforehand."""
+        try:
+            topic = admin.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+        except KafkaException:
+            return False
+        return (topic is not None and topic.error is None
+                and len(topic.partitions) == self.count)
 
     def _join(self) -> None:
         s = self.settings

@@ -130,7 +130,11 @@ def _producer(bootstrap: str, **extra) -> kp.Producer:
     config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
               "linger.ms": 5, "retry.backoff.ms": 20, "retry.backoff.max.ms": 200,
               "socket.timeout.ms": 5000, "request.timeout.ms": 10_000,
-              "message.timeout.ms": 90_000}
+              "message.timeout.ms": 90_000,
+              # The cutter ends every connection within tens of ms, for the whole stream:
+              # with librdkafka's reconnect backoff (100 ms doubling to 10 s while attempts
+              # come less than 10 s apart) the producer would spend the stream waiting.
+              "reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200}
     return kp.Producer({**config, **extra})
 
 

@@ -4,6 +4,13 @@ Every connection, the metadata ones included, authenticates with the configured 
 settings. A refused authentication is remembered for ``auth_retry_backoff_s``: meanwhile no
 connection is attempted and :meth:`Cluster.authentication_failure` tells the engine, which
 fails the records waiting to be sent instead of retrying them until delivery.timeout.ms.
+
+Connection attempts to a broker are spaced as librdkafka spaces them
+(``reconnect.backoff.ms`` / ``reconnect.backoff.max.ms``): after an attempt the next one
+waits the current backoff with -25%..+50% jitter (capped at the max), and the backoff doubles
+up to the max; it starts over once the broker's last attempt is more than the max ago. An
+attempt refused by the backoff fails at once (:class:`BrokerBackoff`), so a dead broker costs
+nothing while its partitions' metadata is refreshed and they move to their new leaders.
 """
 
 from __future__ import annotations
@@ -37,11 +44,23 @@ class TopicMetadata:
         return len(self.leaders)
 
 
+class BrokerBackoff(BrokerConnectionError):
+    """No connection attempt now: the broker's reconnect backoff has not passed."""
+
+
 class Cluster:
     def __init__(self, bootstrap: list[tuple[str, int]], client_id: str, *,
                  request_timeout_s: float, connect_timeout_s: float,
                  allow_auto_create_topics: bool = True, sasl: SaslSettings | None = None,
-                 auth_retry_backoff_s: float = 1.0, tls: TlsSettings | None = None) -> None:
+                 auth_retry_backoff_s: float = 1.0, tls: TlsSettings | None = None,
+                 reconnect_backoff_ms: int = 100, reconnect_backoff_max_ms: int = 10_000) -> None:
+        self.reconnect_backoff_ms = max(reconnect_backoff_ms, 0)
+        self.reconnect_backoff_max_ms = max(reconnect_backoff_max_ms, self.reconnect_backoff_ms)
+        # node id -> (monotonic time its next attempt may start, its current backoff in ms)
+        self._reconnect: dict[int, tuple[float, float]] = {}
+        # Set when a broker was unreachable or a connection was lost: the leaders it had may
+        # have moved. The engine refreshes metadata and clears it.
+        self.stale = False
         self.bootstrap = bootstrap
         self.sasl = sasl
         self.tls = tls
@@ -55,6 +74,7 @@ class Cluster:
         self.brokers: dict[int, tuple[str, int]] = {}
         self.topics: dict[str, TopicMetadata] = {}
         self.refreshed_at: dict[str, float] = {}  # topic -> monotonic time of its metadata
+        self.refreshed = 0.0  # monotonic time of the last metadata answer
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
         self._refresh_lock = asyncio.Lock()
@@ -82,6 +102,7 @@ class Cluster:
         if held is not None:
             # Refused a moment ago: the same credentials would be refused again.
             raise BrokerAuthenticationError(held)
+        self._attempt(node_id, host, port)
         conn = BrokerConnection(node_id, host, port, self.client_id,
                                 request_timeout_s=self.request_timeout_s,
                                 connect_timeout_s=self.connect_timeout_s, sasl=self.sasl,
@@ -92,9 +113,28 @@ class Cluster:
             log.error("%s", exc)
             self._auth_failure = (str(exc), time.monotonic() + self.auth_retry_backoff_s)
             raise
+        except BrokerConnectionError:
+            self.stale = True
+            raise
         self._auth_failure = None
         self._connections[node_id] = conn
         return conn
+
+    def _attempt(self, node_id: int, host: str, port: int) -> None:
+        """A connection attempt to ``node_id`` starts now, or BrokerBackoff if it may not."""
+        now = time.monotonic()
+        next_at, backoff_ms = self._reconnect.get(node_id, (0.0, 0.0))
+        if now < next_at:
+            self.stale = True
+            raise BrokerBackoff(
+                f"broker {node_id} at {host}:{port}: next connection attempt in "
+                f"{(next_at - now) * 1000:.0f} ms (reconnect.backoff.ms)")
+        if not backoff_ms or now > next_at + self.reconnect_backoff_max_ms / 1000:
+            backoff_ms = self.reconnect_backoff_ms  # first attempt, or long since the last
+        wait_ms = min(random.uniform(backoff_ms * 0.75, backoff_ms * 1.5),
+                      self.reconnect_backoff_max_ms)
+        self._reconnect[node_id] = (now + wait_ms / 1000,
+                                    min(backoff_ms * 2, self.reconnect_backoff_max_ms))
 
     def authentication_failure(self) -> str | None:
         """Why the last connection attempt was refused authentication, while that holds
@@ -132,7 +172,7 @@ class Cluster:
             response = await conn.request(METADATA, version, build_request(
                 METADATA, version, **fields))
             self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
-            now = time.monotonic()
+            now = self.refreshed = time.monotonic()
             for t in response.topics:
                 self.refreshed_at[t.name] = now
                 if t.error_code != ec.NONE:

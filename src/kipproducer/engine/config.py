@@ -192,7 +192,9 @@ class EngineConfig:
     queue_max_messages: int = 100_000       # queue.buffering.max.messages
     queue_max_kbytes: int = 1_048_576       # queue.buffering.max.kbytes
     partitioner: str = "consistent_random"
-    metadata_refresh_ms: int = 300_000      # topic.metadata.refresh.interval.ms
+    metadata_refresh_ms: int = 300_000      # topic.metadata.refresh.interval.ms (-1: never)
+    reconnect_backoff_ms: int = 100         # reconnect.backoff.ms
+    reconnect_backoff_max_ms: int = 10_000  # reconnect.backoff.max.ms
     socket_timeout_ms: int = 60_000         # socket.timeout.ms (connect bound here)
     per_record_reports: bool = False        # kip.delivery.report.per.record
     # allow.auto.create.topics: librdkafka's producer default is true (the broker must allow
@@ -266,6 +268,8 @@ class EngineConfig:
             "queue.buffering.max.kbytes": ("queue_max_kbytes", int),
             "partitioner": ("partitioner", str),
             "topic.metadata.refresh.interval.ms": ("metadata_refresh_ms", int),
+            "reconnect.backoff.ms": ("reconnect_backoff_ms", int),
+            "reconnect.backoff.max.ms": ("reconnect_backoff_max_ms", int),
             "socket.timeout.ms": ("socket_timeout_ms", int),
             "kip.delivery.report.per.record": ("per_record_reports", _bool),
             "allow.auto.create.topics": ("allow_auto_create_topics", _bool),

@@ -256,7 +256,11 @@ class Engine:
         self._broken: set[tuple[str, int]] = set()
         self._loop = asyncio.new_event_loop()
         self._wake: Wakeup | None = None
-        self._need_metadata = False  # a Produce answer named a moved or unknown leader
+        # A Produce answer named a moved or unknown leader, a connection was lost or a request
+        # timed out: the leaders may have moved (the cluster's ``stale`` says the same of a
+        # broker it could not reach).
+        self._need_metadata = False
+        self._next_stale_refresh = 0.0  # a stale refresh at most every retry.backoff.ms
         self._done_batches: deque[ProducerBatch] = deque()  # reported; bounds not given back
         self._sender_idle = True
         # What the sleeping sender saw (see appended()): batches closed, and when it wakes.
@@ -511,7 +515,9 @@ class Engine:
                                connect_timeout_s=config.socket_timeout_ms / 1000,
                                allow_auto_create_topics=config.allow_auto_create_topics,
                                sasl=config.sasl, tls=config.tls,
-                               auth_retry_backoff_s=config.retry_backoff_max_ms / 1000)
+                               auth_retry_backoff_s=config.retry_backoff_max_ms / 1000,
+                               reconnect_backoff_ms=config.reconnect_backoff_ms,
+                               reconnect_backoff_max_ms=config.reconnect_backoff_max_ms)
         self._ready.set()
         try:
             self._loop.run_until_complete(self._sender())
@@ -567,8 +573,7 @@ class Engine:
                 batches = self.acc.drain(now_ms, flush=bool(self._flushing) or self._closing)
             for batch in batches:
                 self._sender_for(batch.topic, batch.partition).pending.append(batch)
-            if self._need_metadata:  # an answer said the leaders moved
-                self._need_metadata = False
+            if self._metadata_due():
                 await self._refresh_metadata(set())
             await self._dispatch()
             # From here the caller's next append wakes the loop (once), to drain it: answers
@@ -689,6 +694,8 @@ class Engine:
                 conn = await self.cluster.connection(leader)
             except (BrokerConnectionError, KeyError) as exc:
                 log.info("broker %s unreachable: %s", leader, exc)
+                # Its partitions may have new leaders: the next round refreshes metadata.
+                self._need_metadata = True
                 for sender in senders:
                     sender.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
                 continue
@@ -851,11 +858,30 @@ class Engine:
         age = int(time.monotonic() * 1000) - batch.created_ms
         return age > self.config.delivery_timeout_ms
 
+    def _metadata_due(self) -> bool:
+        """Whether the sender refreshes the known topics' metadata now: they are stale (at
+        most once per retry.backoff.ms), or topic.metadata.refresh.interval.ms has passed."""
+        cluster = self.cluster
+        if not cluster.topics:
+            return False
+        now = time.monotonic()
+        if now < self._next_stale_refresh:
+            return False
+        interval = self.config.metadata_refresh_ms
+        if not (self._need_metadata or cluster.stale or (
+                interval >= 0 and (now - cluster.refreshed) * 1000 >= interval)):
+            return False
+        self._next_stale_refresh = now + self.config.retry_backoff_ms / 1000
+        return True
+
     async def _refresh_metadata(self, topics) -> None:
+        self._need_metadata = False
+        self.cluster.stale = False
         try:
             await self.cluster.refresh(sorted(topics | set(self.cluster.topics)))
         except (BrokerConnectionError, OSError) as exc:
             log.info("metadata refresh failed: %s", exc)
+            self._need_metadata = True  # asked again (at most once per retry.backoff.ms)
             return
         for sender in self._partitions.values():
             meta = self.cluster.topics.get(sender.topic)
@@ -917,6 +943,8 @@ class Engine:
                           mode: int, response: Any, error: BaseException | None) -> None:
         if error is not None:
             # A lost connection, a timeout, or an answer that does not decode: no verdict.
+            # The leader may be gone: metadata is refreshed before the retries go out.
+            self._need_metadata = True
             for batch in batches:
                 self._retry_or_fail(batch, kafka_error(ec.NETWORK_EXCEPTION, str(error),
                                                        mode=mode))

@@ -19,12 +19,19 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ..clients import connection_properties, first_records
 from .fetcher import FetchReader, unsupported
 from .metrics import Metrics
-from .topics import MirrorError, TopicMap, TopicPair
+from .topics import (
+    CLIENT_ERRORS,
+    MirrorError,
+    TopicMap,
+    TopicPair,
+    error_text,
+    retry_transient,
+)
 from .writers import PreserveWriter, TransactionalWriter, Writer
 
 log = logging.getLogger("kipproducer.mirror")
@@ -248,31 +255,35 @@ class Mirror:
                             ("target", self.topics.target_admin)):
             try:
                 admin.list_topics(timeout=min(self.timeout, 15))
-            except KafkaException as exc:
+            except CLIENT_ERRORS as exc:
                 raise MirrorError(f"the {side} cluster "
                                   f"({getattr(self, side + '_config')['bootstrap.servers']}) "
-                                  f"did not answer: {exc.args[0].str()}") from None
+                                  f"did not answer: {error_text(exc)}") from None
 
     def watermarks(self, side: str, topic: str, partition: int) -> tuple[int, int]:
         """(low, high) of a partition on ``side`` ('source' or 'target'), asked now."""
         consumer = self._probe(side)
         try:
-            return consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                  timeout=self.timeout, cached=False)
-        except KafkaException as exc:
+            # A leader that moved answers NOT_LEADER until the probe's metadata catches up:
+            # asked again until the mirror's timeout, as every transient error.
+            return retry_transient(lambda: consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self.timeout, cached=False),
+                self.timeout)
+        except CLIENT_ERRORS as exc:
             raise MirrorError(f"watermarks of {side} {topic}[{partition}]: "
-                              f"{exc.args[0].str()}") from None
+                              f"{error_text(exc)}") from None
 
     def record_at(self, side: str, topic: str, partition: int, offset: int) -> Any:
         """The first record at or after ``offset`` on ``side`` (the source read as the mirror
         reads it, the target read_uncommitted); None at the partition's end; OUT_OF_RANGE
         when the offset is below the log start or above the log end."""
         try:
-            return first_records(self._probe(side), topic, {partition: offset},
-                                 self.timeout)[partition]
-        except KafkaException as exc:
+            return retry_transient(lambda: first_records(
+                self._probe(side), topic, {partition: offset}, self.timeout)[partition],
+                self.timeout)
+        except CLIENT_ERRORS as exc:
             raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: "
-                              f"{exc.args[0].str()}") from None
+                              f"{error_text(exc)}") from None
 
     def _probe(self, side: str) -> Consumer:
         """A consumer for looking at one side (watermarks, single records), kept for the run."""

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
 
 log = logging.getLogger("kipproducer.mirror")
@@ -27,6 +30,69 @@ ESSENTIAL_CONFIGS = ("cleanup.policy", "retention.ms", "retention.bytes", "segme
 
 class MirrorError(Exception):
     """A mirror cannot go on: the message says what is wrong and what to do."""
+
+
+#: What a cluster answers while a leader or a coordinator moves, or a broker is away: worth
+#: asking again (besides any error librdkafka marks retriable).
+TRANSIENT_CODES = frozenset({
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD, KafkaError._NOENT,
+})
+
+#: What the failed calls of a mirror raise: librdkafka's errors, and the builtin TimeoutError
+#: of a future (an admin call's ``result(timeout)``) that got no answer in time.
+CLIENT_ERRORS = (KafkaException, TimeoutError)
+
+
+def error_text(exc: BaseException) -> str:
+    """What a KafkaException or a future's TimeoutError says."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].str()
+    if isinstance(exc, TimeoutError):
+        return f"no answer in time ({exc or 'timed out'})"
+    return str(exc) or repr(exc)
+
+
+def kafka_error_of(exc: BaseException) -> KafkaError:
+    """The KafkaError of a KafkaException; a future's TimeoutError as _TIMED_OUT."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return KafkaError(KafkaError._TIMED_OUT, error_text(exc), retriable=True)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, TimeoutError):
+        return True
+    if not isinstance(exc, KafkaException):
+        return False
+    error = kafka_error_of(exc)
+    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_CODES)
+
+
+T = TypeVar("T")
+
+
+def retry_transient(call: Callable[[], T], timeout: float) -> T:
+    """``call()``, asked again while it fails with a transient error (a leader or coordinator
+    moving, a broker away, a timeout) until ``timeout`` seconds have passed; the last error
+    is raised then, and any other error at once."""
+    deadline = time.monotonic() + timeout
+    backoff = 0.05
+    while True:
+        try:
+            return call()
+        except CLIENT_ERRORS as exc:
+            remaining = deadline - time.monotonic()
+            if not is_transient(exc) or remaining <= 0:
+                raise
+            log.info("transient error, asking again: %s", error_text(exc))
+        time.sleep(min(backoff, remaining))
+        backoff = min(backoff * 2, 1.0)
 
 
 @dataclass
@@ -81,8 +147,8 @@ class TopicMap:
         Returns the pairs whose partitions changed (new topics included)."""
         try:
             meta = self.source_admin.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise MirrorError(f"the source cluster did not answer: {exc.args[0].str()}") from None
+        except CLIENT_ERRORS as exc:
+            raise MirrorError(f"the source cluster did not answer: {error_text(exc)}") from None
         changed = []
         for name, topic in sorted(meta.topics.items()):
             if name.startswith("__") or not self.pattern.fullmatch(name):
@@ -106,9 +172,9 @@ class TopicMap:
         try:
             entries = self.source_admin.describe_configs([resource])[resource].result(
                 self.timeout)
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             log.warning("configs of source topic %s not read (%s): the target gets the "
-                        "broker's defaults", topic, exc.args[0].str())
+                        "broker's defaults", topic, error_text(exc))
             return {}
         # Only what was set on the topic itself: defaults stay the target broker's own.
         return {name: e.value for name, e in entries.items()
@@ -122,8 +188,8 @@ class TopicMap:
             return
         try:
             meta = self.target_admin.list_topics(target, timeout=self.timeout)
-        except KafkaException as exc:
-            raise MirrorError(f"the target cluster did not answer: {exc.args[0].str()}") from None
+        except CLIENT_ERRORS as exc:
+            raise MirrorError(f"the target cluster did not answer: {error_text(exc)}") from None
         existing = meta.topics.get(target)
         have = (len(existing.partitions)
                 if existing is not None and existing.error is None else 0)
@@ -136,10 +202,10 @@ class TopicMap:
                 [NewPartitions(target, count)], request_timeout=self.timeout)[target]
             try:
                 future.result()
-            except KafkaException as exc:
+            except CLIENT_ERRORS as exc:
                 raise MirrorError(
                     f"target topic {target!r} has {have} partitions, the source {source!r} "
-                    f"has {count}, and it could not be grown: {exc.args[0].str()}") from None
+                    f"has {count}, and it could not be grown: {error_text(exc)}") from None
         elif have > count:
             raise MirrorError(
                 f"target topic {target!r} has {have} partitions but source topic {source!r} "
@@ -167,8 +233,8 @@ class TopicMap:
                          count, attempt, f"; refused by the target: {dropped}" if dropped
                          else "")
                 return True
-            except KafkaException as exc:
-                error = exc.args[0]
+            except CLIENT_ERRORS as exc:
+                error = kafka_error_of(exc)
                 if error.name() == "TOPIC_ALREADY_EXISTS":
                     return False
                 if error.name() != "INVALID_CONFIG" or attempt is not configs:

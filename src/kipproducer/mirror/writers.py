@@ -30,7 +30,7 @@ from confluent_kafka import (
 from ..clients import OUT_OF_RANGE
 from ..engine.group_metadata import GroupMetadata
 from ..producer import Producer
-from .topics import MirrorError, TopicPair
+from .topics import CLIENT_ERRORS, MirrorError, TopicPair, error_text, kafka_error_of
 
 if TYPE_CHECKING:
     from .core import Mirror
@@ -130,7 +130,7 @@ class Writer:
             try:
                 _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                          cached=True)
-            except KafkaException:
+            except CLIENT_ERRORS:
                 continue
             if high is not None and high >= 0:
                 self.metrics.partition(topic, pair.target, partition).high_watermark = high
@@ -329,9 +329,9 @@ class PreserveWriter(Writer):
         for tp, future in futures.items():
             try:
                 future.result()
-            except KafkaException as exc:
+            except CLIENT_ERRORS as exc:
                 log.warning("log start of target %s[%d] not moved to %d: %s", tp.topic,
-                            tp.partition, tp.offset, exc.args[0].str())
+                            tp.partition, tp.offset, error_text(exc))
 
 
     def sync_group_offsets(self) -> None:
@@ -344,8 +344,8 @@ class PreserveWriter(Writer):
         try:
             listed = source_admin.list_consumer_groups(
                 request_timeout=self.mirror.timeout).result()
-        except KafkaException as exc:
-            log.warning("source groups not listed: %s", exc.args[0].str())
+        except CLIENT_ERRORS as exc:
+            log.warning("source groups not listed: %s", error_text(exc))
             return
         pairs = {pair.source: pair for pair in self.mirror.topics.pairs.values()}
         for group in listed.valid:
@@ -355,8 +355,8 @@ class PreserveWriter(Writer):
             try:
                 request = [ConsumerGroupTopicPartitions(name)]
                 result = source_admin.list_consumer_group_offsets(request)[name].result()
-            except KafkaException as exc:
-                log.info("offsets of source group %s not read: %s", name, exc.args[0].str())
+            except CLIENT_ERRORS as exc:
+                log.info("offsets of source group %s not read: %s", name, error_text(exc))
                 continue
             offsets = []
             for tp in result.topic_partitions or []:
@@ -374,11 +374,11 @@ class PreserveWriter(Writer):
             try:
                 target_admin.alter_consumer_group_offsets(
                     [ConsumerGroupTopicPartitions(name, offsets)])[name].result()
-            except KafkaException as exc:
+            except CLIENT_ERRORS as exc:
                 # Kafka refuses while the group has members on the target (it is in use
                 # there: the target's own commits win).
                 log.info("offsets of group %s not copied to the target: %s", name,
-                         exc.args[0].str())
+                         error_text(exc))
 
 
 class TransactionalWriter(Writer):
@@ -391,9 +391,9 @@ class TransactionalWriter(Writer):
             # Fences an earlier instance with the same transactional.id and aborts its open
             # transaction: the target's last stable offsets move on at once.
             self.producer.init_transactions(mirror.timeout)
-        except KafkaException as exc:
+        except CLIENT_ERRORS as exc:
             raise MirrorError(f"the target refused the transactional producer "
-                              f"{mirror.transactional_id!r}: {exc.args[0].str()}") from None
+                              f"{mirror.transactional_id!r}: {error_text(exc)}") from None
         self.in_transaction = False
         self.began = 0.0
         self.records = 0
@@ -440,8 +440,8 @@ class TransactionalWriter(Writer):
                          self.group, synced)
                 target.commit(offsets=synced, asynchronous=False)
             return starts
-        except KafkaException as exc:
-            raise MirrorError(f"offsets of group {self.group!r}: {exc.args[0].str()}") from None
+        except CLIENT_ERRORS as exc:
+            raise MirrorError(f"offsets of group {self.group!r}: {error_text(exc)}") from None
         finally:
             target.close()
             source.close()
@@ -498,8 +498,8 @@ class TransactionalWriter(Writer):
                 self.producer.send_offsets_to_transaction(offsets, GroupMetadata(self.group),
                                                           self.mirror.timeout)
             self.producer.commit_transaction(self.mirror.timeout)
-        except KafkaException as exc:
-            self._abort(exc.args[0])
+        except CLIENT_ERRORS as exc:
+            self._abort(kafka_error_of(exc))
             return
         for key, nxt in self.next.items():
             self.committed[key] = nxt
@@ -521,10 +521,10 @@ class TransactionalWriter(Writer):
         self.aborted = True
         try:
             self.producer.abort_transaction(self.mirror.timeout)
-        except KafkaException as exc:
-            if exc.args[0].fatal():
+        except CLIENT_ERRORS as exc:
+            if kafka_error_of(exc).fatal():
                 raise MirrorError(f"the target transaction could not be aborted: "
-                                  f"{exc.args[0].str()}") from None
+                                  f"{error_text(exc)}") from None
             raise
         for key in self.next:
             self.mirror.seek(key, self.committed[key])
@@ -550,6 +550,6 @@ class TransactionalWriter(Writer):
         if self.in_transaction:
             try:
                 self.producer.abort_transaction(5)
-            except KafkaException:
+            except CLIENT_ERRORS:
                 pass
         self.producer.close()
