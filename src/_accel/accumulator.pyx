@@ -317,7 +317,7 @@ cdef class ProducerBatch:
     # the batch later only checksums its 40 header bytes.
     cdef uint32_t records_crc
     cdef bint has_records_crc
-    # Packed runs of offsets (KIP-WIRE §9): None, or one entry per RecordBatch in ``buf``,
+    # Packed runs of offsets (docs/protocol.md §9): None, or one entry per RecordBatch in ``buf``,
     # (header position, records, base offset, base timestamp, max timestamp), each stamped
     # with its own header and CRC and sequences continuing from one to the next.
     cdef readonly list runs
@@ -471,8 +471,8 @@ cdef class PartitionState:
     cdef int64_t max_ts
     cdef int64_t opened_ms
     cdef list opaque_runs
-    # packed runs (KIP-WIRE §9): the open batch's earlier runs of explicit offsets, each its
-    # own RecordBatch in ``buf`` (see ProducerBatch.runs); count, base_offset, base_ts and
+    # packed runs (docs/protocol.md §9): the open batch's earlier runs of explicit offsets, each
+    # its own RecordBatch in ``buf`` (see ProducerBatch.runs); count, base_offset, base_ts and
     # max_ts above are the current run's
     cdef list runs
     cdef Py_ssize_t run_start          # header position of the current run

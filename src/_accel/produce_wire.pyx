@@ -1,7 +1,7 @@
 """Produce v9..v12 requests and answers on the wire, in C (compiled as kipproducer._produce_wire).
 
 The public API is kipproducer.protocol.produce_codec; this module is its engine room. A copy
-whose offsets have gaps sends one batch per request (KIP-WIRE §4 keeps a batch's offsets
+whose offsets have gaps sends one batch per request (docs/protocol.md §4 keeps a batch's offsets
 consecutive; Kafka allows one batch per partition per request), so these four functions run
 thousands of times a second on each side: the client encodes the request and decodes the
 answer, the broker decodes the request and encodes the answer. The generic schema codec
@@ -18,7 +18,7 @@ Layouts (Kafka's Produce schemas, flexible versions 9..12; all integers big-endi
                          partition_data compact array of
                            index int32, records compact nullable bytes, tag buffer
                          tag buffer
-                       tag buffer {10000: ProduceMode int8 (KIP-WIRE §2)}
+                       tag buffer {10000: ProduceMode int8 (docs/protocol.md §2)}
     response header v1 correlation_id int32, tag buffer
     response body      responses compact array of
                          name compact string,
@@ -29,7 +29,7 @@ Layouts (Kafka's Produce schemas, flexible versions 9..12; all integers big-endi
                              batch_index int32, message compact nullable string, tag buffer
                            error_message compact nullable string,
                            tag buffer {0: current_leader (v10+, skipped here),
-                                       10000: LogEndOffset int64 (KIP-WIRE §3)}
+                                       10000: LogEndOffset int64 (docs/protocol.md §3)}
                          tag buffer
                        throttle_time int32, tag buffer {0: node_endpoints (v10+, skipped)}
 

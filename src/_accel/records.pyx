@@ -766,13 +766,13 @@ def validate_batch(data, *, bint strict=True):
 
 
 class UnitRuleError(ValueError):
-    """Batches of one partition's records field that may not travel together (KIP-WIRE §9),
+    """Batches of one partition's records field that may not travel together (docs/protocol.md §9),
     or a producer batch breaking a header rule; the message names the batch and the rule."""
 
 
 def split_unit(data, int mode):
     """The batches of a produce request's records field, each validated as a producer batch
-    (strict), checked against each other when there are several (KIP-WIRE §9) and against
+    (strict), checked against each other when there are several (docs/protocol.md §9) and against
     the header rules every produced batch obeys: a list of Batch (``position``: where each
     starts in ``data``). One C pass, whatever the number of batches.
 

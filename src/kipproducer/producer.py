@@ -486,7 +486,7 @@ class Producer(confluent_kafka.Producer):
         engine.appended(1)
 
     def _check_kip_call(self, offset, expected, partition) -> None:
-        """Refuse at the call what the KIP modes cannot do (KIP-WIRE §6, §8)."""
+        """Refuse at the call what the KIP modes cannot do (docs/protocol.md §6, §8)."""
         if offset is None and expected is None:
             return
         if offset is not None and expected is not None:

@@ -14,7 +14,7 @@ batch's timestamp. That is enough to
 
 The partition log is the source of truth: ``ProducerStateManager.apply_batch`` replays batch
 headers, and a snapshot (``write_snapshot``/``load_snapshot``) only saves replaying the whole
-log on restart. Following docs/KIP-WIRE §4 sequences count records, independent of offsets:
+log on restart. Following docs/protocol.md §4 sequences count records, independent of offsets:
 the last sequence is ``base sequence + lastOffsetDelta`` (the broker has checked that
 lastOffsetDelta == record count - 1), and the offsets cached are the log offsets the batch got.
 

@@ -66,7 +66,7 @@ log = logging.getLogger("kipproducer.engine")
 
 PRODUCE, INIT_PRODUCER_ID = 0, 22
 PRODUCE_MAX_VERSION = 10
-# ProduceMode rides on a tagged field: flexible Produce versions only (KIP-WIRE §2).
+# ProduceMode rides on a tagged field: flexible Produce versions only (docs/protocol.md §2).
 PRODUCE_MIN_VERSION = {ProduceMode.ASSIGN: 3, ProduceMode.USE_OFFSETS: 9,
                        ProduceMode.EXPECTED_OFFSETS: 9}
 MODE_FEATURE = {ProduceMode.USE_OFFSETS: FEATURE_PRODUCE_OFFSETS,
@@ -74,7 +74,7 @@ MODE_FEATURE = {ProduceMode.USE_OFFSETS: FEATURE_PRODUCE_OFFSETS,
 MODE_CALL = {ProduceMode.USE_OFFSETS: "offset= (KIP-391 produce with offsets)",
              ProduceMode.EXPECTED_OFFSETS: "expected_offset= (KIP-27 conditional publish)"}
 MAX_REQUEST_BYTES = 64 << 20
-# KIP-WIRE §9: a partition's batches with explicit offsets travel as one unit in a request
+# docs/protocol.md §9: a partition's batches with explicit offsets travel as one unit in a request
 # to a broker that advertises feature version 2. Their bytes are joined into one records
 # field (a copy), so a unit stops growing at this size: past it a request's fixed cost is
 # already spread over enough records.
@@ -110,7 +110,7 @@ def kafka_error(code: int, message: str | None = None, *, mode: int = 0,
 
 def _records_by_partition(batches: list[ProducerBatch]):
     """(topic, partition, records) per partition of a request, in order: one batch's bytes,
-    or a unit's batches joined back to back (KIP-WIRE §9)."""
+    or a unit's batches joined back to back (docs/protocol.md §9)."""
     parts: dict[tuple[str, int], list] = {}
     for batch in batches:
         parts.setdefault((batch.topic, batch.partition), []).append(batch.data)
@@ -216,7 +216,7 @@ class PartitionSender:
     # the error). Later batches of the same call that continue it are not sent: they
     # expected to follow records that are not in the log.
     broken_chain: BrokenChain | None = None
-    # id(first batch) -> batches of the unit it went out with (KIP-WIRE §9): a retry sends
+    # id(first batch) -> batches of the unit it went out with (docs/protocol.md §9): a retry sends
     # exactly that unit again, so the broker recognises it as a duplicate if it landed.
     units: dict = field(default_factory=dict)
 
@@ -717,7 +717,7 @@ class Engine:
     def _take_request(self, conn: BrokerConnection,
                       senders: list[PartitionSender]) -> tuple[list[ProducerBatch], int]:
         """The next request's batches and ProduceMode: the head batch of each partition that
-        may go now, all of one mode (a request has one mode, KIP-WIRE §2)."""
+        may go now, all of one mode (a request has one mode, docs/protocol.md §2)."""
         chosen, size, mode = [], 0, None
         for sender in senders:
             # Waiting for the connection gave other tasks their turn: an earlier batch of
@@ -764,7 +764,7 @@ class Engine:
     def _unit_of(self, conn: BrokerConnection, sender: PartitionSender, head: ProducerBatch,
                  room: int) -> list[ProducerBatch]:
         """The batches of ``sender`` that go in this request: the head batch, and with
-        explicit offsets to a broker that takes several batches per partition (KIP-WIRE §9)
+        explicit offsets to a broker that takes several batches per partition (docs/protocol.md §9)
         the pending batches that may follow it in one unit: same mode, offsets that continue
         as §9 requires, within UNIT_MAX_BYTES. A retried head goes with the unit it first
         went out with, no more and no less (the broker's duplicate check knows units)."""
@@ -953,8 +953,8 @@ class Engine:
         results = {(t.name, p.index): p for t in response.responses
                    for p in t.partition_responses}
         refresh = False
-        # Records of a partition's unit (KIP-WIRE §9) before each batch: with assigned offsets
-        # (KIP-27) a batch lands that far after the unit's base offset.
+        # Records of a partition's unit (docs/protocol.md §9) before each batch: with assigned
+        # offsets (KIP-27) a batch lands that far after the unit's base offset.
         ahead: dict[tuple[str, int], int] = {}
         delivered: list[DeliveryReport] = []  # reported together: one lock, one wake-up
         for batch in batches:

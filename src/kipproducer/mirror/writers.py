@@ -154,7 +154,7 @@ class PreserveWriter(Writer):
 
     def _engine_ready(self) -> None:
         """Wait for the engine's first answer from the target (its producer id): that answer
-        says whether runs of offsets may be packed into one batch (KIP-WIRE §9), and the
+        says whether runs of offsets may be packed into one batch (docs/protocol.md §9), and the
         first fetched answer appended before it would go out as a batch per run."""
         engine = self.producer._engine_or_start()
         deadline = time.monotonic() + self.mirror.timeout

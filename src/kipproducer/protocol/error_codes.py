@@ -2,7 +2,7 @@
 
 The table is taken from kio's ``ErrorCode`` enum (every code Apache Kafka defines, with
 its retriable flag) plus the two codes of the kipproducer wire extensions
-(docs/KIP-WIRE §5). Decoded messages carry error codes as plain ints; this module is
+(docs/protocol.md §5). Decoded messages carry error codes as plain ints; this module is
 how code turns them into names and decides whether to retry.
 """
 
@@ -83,7 +83,7 @@ PRODUCER_FENCED: Final = 90
 UNKNOWN_TOPIC_ID: Final = 100
 TRANSACTION_ABORTABLE: Final = 120
 
-# kipproducer wire extensions (KIP-WIRE §5): codes no Kafka release uses.
+# kipproducer wire extensions (docs/protocol.md §5): codes no Kafka release uses.
 INVALID_PRODUCE_OFFSET: Final = 10391
 OFFSET_MISMATCH: Final = 10027
 

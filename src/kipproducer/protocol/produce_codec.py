@@ -3,7 +3,7 @@
 The generic codec builds a kio dataclass per struct and encodes or decodes it by schema; that
 is right for the 80-odd other APIs and is how this module is checked (tests/protocol/
 test_produce_codec.py holds both to the same bytes and the same decoded fields). A copy whose
-offsets have gaps sends one batch per request (KIP-WIRE §4: offsets within a batch are
+offsets have gaps sends one batch per request (docs/protocol.md §4: offsets within a batch are
 consecutive; Kafka: one batch per partition per request), thousands of requests a second, so
 the four codings that run once per request are done in C (``src/_accel/produce_wire.pyx``,
 where the layouts are spelled out), shared by client and broker:

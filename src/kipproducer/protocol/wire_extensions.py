@@ -1,4 +1,4 @@
-"""The kipproducer wire extensions (shared/KIP-WIRE.md), as constants and kio classes.
+"""The kipproducer wire extensions (docs/protocol.md), as constants and kio classes.
 
 * Feature names advertised in ApiVersionsResponse v3+ SupportedFeatures (tag 0).
 * ``ProduceMode``: ProduceRequest v9..v13 top-level tagged field 10000, int8, default 0.
@@ -6,7 +6,7 @@
   written only when set (``None`` = absent).
 
 The extended classes subclass kio's generated ones and add the field with kio-style
-metadata (KIP-WIRE §7), so they stay instances of the kio classes, and kio's own
+metadata (docs/protocol.md §7), so they stay instances of the kio classes, and kio's own
 reader/writer as well as this package's codec handle them. ProduceResponse needs its
 topic and top-level classes re-declared too, so that their arrays hold the extended
 partition class.
@@ -26,10 +26,10 @@ FEATURE_PRODUCE_CONDITIONAL: Final = "kip.produce.conditional"
 """ProduceMode EXPECTED_OFFSETS (KIP-27)."""
 FEATURE_MIN_VERSION: Final = 1
 FEATURE_MAX_VERSION: Final = 2
-"""Both features are advertised with MinVersion 1 and MaxVersion 2 (KIP-WIRE §1); version 2
+"""Both features are advertised with MinVersion 1 and MaxVersion 2 (docs/protocol.md §1); version 2
 adds several batches of one partition in one request (§9)."""
 MULTI_BATCH_VERSION: Final = 2
-"""The feature version from which a partition may carry several batches (KIP-WIRE §9)."""
+"""The feature version from which a partition may carry several batches (docs/protocol.md §9)."""
 
 PRODUCE_MODE_TAG: Final = 10000
 LOG_END_OFFSET_TAG: Final = 10000

@@ -41,7 +41,7 @@ async def api_versions(ctx: RequestContext, body):
 
 
 def _features(version: int, max_version: int = FEATURE_MAX_VERSION) -> dict:
-    """KIP-WIRE §1: the extensions this broker implements, in SupportedFeatures (v3+);
+    """docs/protocol.md §1: the extensions this broker implements, in SupportedFeatures (v3+);
     ``max_version``: 2 with several batches per partition (§9), 1 without."""
     if version < 3:
         return {}

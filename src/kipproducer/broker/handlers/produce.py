@@ -6,7 +6,7 @@ and no copy between the socket and the segment file. The one exception is a topi
 compression.type names another codec than the batch's: that batch is rewritten first
 (storage/recompress.py).
 
-Per partition, in Kafka's order (../shared/reference/kafka-protocol-facts.md §3.3): unknown
+Per partition, in the order Kafka's ReplicaManager checks them: unknown
 topic or partition; exactly one v2 batch (with explicit offsets, KIP-WIRE version 2: one or
 more, see produce_unit.py); size <= max.message.bytes; CRC and record layout;
 client rules (baseOffset 0, no control batches, a sequence with every producer id);
@@ -128,7 +128,7 @@ class TransactionalRequest:
 
 def _check_transactional(ctx: RequestContext, txn: TransactionalRequest | None, batch,
                          mode: int, topic: str, partition: int) -> None:
-    """The rules for a batch with the transactional bit: KIP-WIRE §4's USE_OFFSETS rule
+    """The rules for a batch with the transactional bit: docs/protocol.md §4's USE_OFFSETS rule
     (whatever the request's transactional id), then KafkaApis' order: the transactional id and
     its ACL, which fail the request, then the transaction's own check of the partition."""
     if mode == ProduceMode.USE_OFFSETS:
@@ -148,7 +148,7 @@ def _check_batch(ctx: RequestContext, info, records, mode: int = ProduceMode.ASS
                  txn: TransactionalRequest | None = None, partition: int = -1):
     """Everything checked before the log is touched; returns (the batch's buffer, the
     validated Batch): the request's own bytes, or new ones recompressed to the topic's
-    compression.type. With explicit offsets and several batches (KIP-WIRE §9): (None, the
+    compression.type. With explicit offsets and several batches (docs/protocol.md §9): (None, the
     checked BatchUnit), each of its parts recompressed the same way."""
     config = info.config
     if records is None or len(records) == 0:
@@ -410,7 +410,7 @@ def _precheck_expected_offsets(accepted: list) -> list:
     """KIP-27: if any batch expects an offset other than its log end, append nothing at all.
 
     A retry the producer state recognises as a duplicate is not a mismatch: it succeeds with
-    its original offsets (KIP-WIRE §4, the duplicate check comes first).
+    its original offsets (docs/protocol.md §4, the duplicate check comes first).
     """
     mismatched = set()
     for i, (log_, _records, batch, answer) in enumerate(accepted):

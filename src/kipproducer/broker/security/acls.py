@@ -7,7 +7,7 @@ is ``*``; PREFIXED: every name starting with it). Filters (DescribeAcls, DeleteA
 host, and pattern type MATCH for "every binding that applies to this resource name".
 
 The wire codes are Kafka's (org.apache.kafka.common.acl / resource), plus ReplicatorWrite = 29
-from the kipproducer wire contract (KIP-WIRE §5).
+from the kipproducer wire contract (docs/protocol.md §5).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class AclOperation(_Named):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
-    REPLICATOR_WRITE = 29  # KIP-WIRE §5: produce with offsets (KIP-391), on the Cluster
+    REPLICATOR_WRITE = 29  # docs/protocol.md §5: produce with offsets (KIP-391), on the Cluster
 
 
 class AclPermission(_Named):

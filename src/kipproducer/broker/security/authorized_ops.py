@@ -4,7 +4,7 @@ Kafka answers, when the client asks for them, one bit per ACL operation (bit ``c
 the caller's principal may perform on the resource, out of the operations that apply to its
 type (``AclEntry.supportedOperations``); without an authorizer all of them. When the client
 did not ask, the field is ``-2**31``. The Cluster resource here also has kipproducer's
-ReplicatorWrite (29, produce with offsets; KIP-WIRE §5).
+ReplicatorWrite (29, produce with offsets; docs/protocol.md §5).
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def may_delete_group(ctx: RequestContext, group: str) -> bool:
 
 
 def may_produce_with_offsets(ctx: RequestContext) -> bool:
-    """KIP-391 (ProduceMode USE_OFFSETS): ReplicatorWrite on the Cluster (KIP-WIRE §4)."""
+    """KIP-391 (ProduceMode USE_OFFSETS): ReplicatorWrite on the Cluster (docs/protocol.md §4)."""
     return on_cluster(ctx, Op.REPLICATOR_WRITE)
 
 

@@ -607,7 +607,7 @@ class PartitionLog:
         must be >= the log end, KIP-391) and partitionLeaderEpoch are written into
         ``batch_buf``; for LogAppendTime topics also the timestamp (and the CRC).
 
-        Checks, in this order (docs/KIP-WIRE §4): a retry of one of the producer's last 5
+        Checks, in this order (docs/protocol.md §4): a retry of one of the producer's last 5
         batches returns its original offsets with ``duplicate=True`` and appends nothing;
         then ``expected_base_offset`` (KIP-27) must equal the log end, else
         OffsetMismatchError; an explicit base offset below the log end raises
@@ -688,9 +688,9 @@ class PartitionLog:
 
     def _duplicate_or_expected(self, checked, expected_base_offset: int | None
                                ) -> AppendResult | None:
-        """The first two checks of an append (KIP-WIRE §4 order), under the lock: a retry of a
-        cached batch (or unit) is answered with its original offsets; then a KIP-27
-        expectation must be the log end (OffsetMismatchError)."""
+        """The first two checks of an append (in docs/protocol.md §4's order), under the lock:
+        a retry of a cached batch (or unit) is answered with its original offsets; then a
+        KIP-27 expectation must be the log end (OffsetMismatchError)."""
         if isinstance(checked, Duplicate):
             return AppendResult(
                 checked.first_offset,
@@ -713,7 +713,7 @@ class PartitionLog:
         leader_epoch: int = 0,
         expected_base_offset: int | None = None,
     ) -> AppendResult:
-        """Append several batches of one producer as one (KIP-WIRE §9), all or nothing.
+        """Append several batches of one producer as one (docs/protocol.md §9), all or nothing.
 
         ``unit`` is a :class:`~kipproducer.broker.produce_unit.BatchUnit`: its batches were
         validated and checked against each other (offsets rising, sequences continuing).

@@ -3,7 +3,7 @@
 Names, types, defaults, valid values and broker synonyms are Kafka's (TopicConfig and the
 broker's log config), with two deliberate differences documented on their rows:
 ``message.timestamp.after.max.ms`` has Kafka 4.0's one-hour default, and
-``check.expected.offsets`` is kipproducer's (docs/KIP-WIRE §4). ``support`` says what this
+``check.expected.offsets`` is kipproducer's (docs/protocol.md §4). ``support`` says what this
 single-node broker does with each (docs/broker.md has the table).
 """
 
