@@ -3,8 +3,10 @@
 A librdkafka consumer turns every record into a Python Message (about 6 us each), and the
 mirror then turned those back into columns. This reader asks the partition leaders with Fetch
 (v4-v12: topic names, isolation level, aborted transactions, log start offsets; Kafka, our
-broker and Tansu all serve them) over the engine's connection code (engine/connection.py:
-version negotiation, SASL PLAIN/SCRAM), walks each answer's batch headers (batches.py) and
+broker and Tansu all serve them) through the engine's cluster and connection code
+(engine/cluster.py, engine/connection.py: metadata, version negotiation, SASL, TLS, and the
+per-broker reconnect backoff, so a source broker that is down costs nothing while its
+partitions move to new leaders), walks each answer's batch headers (batches.py) and
 hands the batches to the writers, which append their records' bytes to the target producer
 without decoding them (``Producer._forward_fetched``).
 
@@ -33,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.cluster import BrokerBackoff, Cluster
 from ..engine.config import ConfigError, SaslSettings, _sasl_settings, _tls_settings
 from ..engine.connection import BrokerConnection, BrokerConnectionError
 from ..engine.tls import TlsSettings
@@ -43,13 +46,17 @@ from .topics import MirrorError
 
 log = logging.getLogger("kipproducer.mirror")
 
-FETCH, LIST_OFFSETS, METADATA = 1, 2, 3
+FETCH, LIST_OFFSETS = 1, 2
 FETCH_VERSIONS = (4, 12)  # 4: v2 batches and isolation; 12: the last one with topic names
 EARLIEST = -2
 MAX_WAIT_MS = 100
 #: Fetched answers waiting for the writers at the most.
 QUEUE_ANSWERS = 4
 RETRY_BACKOFF_S = 0.1
+# Partitions without a reachable leader (none named, or one the metadata does not list: a
+# broker that is down) are asked for again after this, doubling up to the max while they stay
+# without one (librdkafka refreshes leaderless partitions' metadata with a backoff too).
+LEADER_BACKOFF_MAX_S = 1.0
 # A batch larger than what a partition may return is answered cut short; the reader then
 # asks for more, up to this.
 LARGEST_FETCH = 1 << 30
@@ -189,15 +196,25 @@ class FetchReader:
             return
         await self._fetch_until_stopped()
 
+    def _addresses(self) -> list[tuple[str, int]]:
+        addresses = []
+        for server in self.bootstrap:
+            host, _, port = server.rpartition(":")
+            addresses.append((host or "127.0.0.1", int(port)))
+        return addresses
+
     async def _fetch_until_stopped(self) -> None:
-        self._conns: dict[int, BrokerConnection] = {}
+        self._cluster = Cluster(self._addresses(), "kip-mirror",
+                                request_timeout_s=self.timeout, connect_timeout_s=self.timeout,
+                                allow_auto_create_topics=False, sasl=self.sasl, tls=self.tls)
         self._leaders: dict[tuple[str, int], int] = {}
-        self._brokers: dict[int, tuple[str, int]] = {}
+        self._leader_backoff = RETRY_BACKOFF_S
+        self._next_leader_refresh = 0.0
         failing_since = None
         try:
             while not self._stopping:
                 try:
-                    if not self._brokers:
+                    if not self._cluster.brokers:
                         await self._refresh_metadata()
                     await self._round()
                     failing_since = None
@@ -210,54 +227,39 @@ class FetchReader:
                     if now - failing_since > self.timeout:
                         raise MirrorError(f"the source did not answer for "
                                           f"{self.timeout:.0f} s: {exc}") from None
-                    log.warning("source: %s; trying again", exc)
-                    self._brokers.clear()
+                    if not isinstance(exc, BrokerBackoff):
+                        log.warning("source: %s; trying again", exc)
+                    self._cluster.brokers = {}  # ask the bootstrap servers again
                     self._leaders.clear()
                     await asyncio.sleep(RETRY_BACKOFF_S * 5)
         finally:
-            for conn in self._conns.values():
-                await conn.close()
+            await self._cluster.close()
 
     async def _connection(self, node: int) -> BrokerConnection:
-        conn = self._conns.get(node)
-        if conn is not None and conn.connected:
-            return conn
-        if node < 0:
-            host, _, port = self.bootstrap[(-node - 1) % len(self.bootstrap)].rpartition(":")
-        else:
-            host, port = self._brokers[node]
-        conn = BrokerConnection(node, host or "127.0.0.1", int(port), "kip-mirror",
-                                request_timeout_s=self.timeout, sasl=self.sasl,
-                                tls=self.tls)
-        await conn.connect()
-        self._conns[node] = conn
-        return conn
-
-    async def _any_connection(self) -> BrokerConnection:
-        last: BaseException | None = None
-        for node in [*self._brokers, *range(-1, -len(self.bootstrap) - 1, -1)]:
-            try:
-                return await self._connection(node)
-            except BrokerConnectionError as exc:
-                last = exc
-        raise BrokerConnectionError(f"no source broker answered: {last}")
+        """A connection to broker ``node`` (negative: a bootstrap address), through the
+        cluster: BrokerBackoff while the broker's reconnect backoff runs."""
+        try:
+            return await self._cluster.connection(node)
+        except KeyError:  # a leader the last metadata did not list: ask again
+            raise BrokerConnectionError(f"source broker {node} is not in the metadata") \
+                from None
 
     async def _refresh_metadata(self) -> None:
         with self._lock:
             topics = sorted({topic for topic, _ in self._positions})
-        conn = await self._any_connection()
-        version = conn.version_for(METADATA, 9, 1)
-        answer = await conn.request(METADATA, version, build_request(
-            METADATA, version, topics=[{"name": t} for t in topics],
-            allow_auto_topic_creation=False))
-        self._brokers = {b.node_id: (b.host, b.port) for b in answer.brokers}
-        for topic in answer.topics:
-            if topic.error_code in _FATAL:
-                raise MirrorError(f"reading the source topic {topic.name}: "
-                                  f"{ec.error_name(topic.error_code)}")
-            for p in topic.partitions:
-                if p.leader_id >= 0:
-                    self._leaders[(topic.name, p.partition_index)] = p.leader_id
+        await self._cluster.refresh(topics)
+        for name in topics:
+            meta = self._cluster.topics.get(name)
+            if meta is None:
+                continue
+            if meta.error_code in _FATAL:
+                raise MirrorError(f"reading the source topic {name}: "
+                                  f"{ec.error_name(meta.error_code)}")
+            for partition, leader in enumerate(meta.leaders):
+                if leader in self._cluster.brokers:
+                    self._leaders[(name, partition)] = leader
+                else:  # no leader, or one that is not up (not listed): not fetched for now
+                    self._leaders.pop((name, partition), None)
 
     async def _round(self) -> None:
         with self._lock:
@@ -266,8 +268,14 @@ class FetchReader:
         if not wanted:
             await asyncio.sleep(0.05)
             return
-        if any(key not in self._leaders for key in wanted):
+        if (any(key not in self._leaders for key in wanted)
+                and time.monotonic() >= self._next_leader_refresh):
             await self._refresh_metadata()
+            if any(key not in self._leaders for key in wanted):
+                self._next_leader_refresh = time.monotonic() + self._leader_backoff
+                self._leader_backoff = min(self._leader_backoff * 2, LEADER_BACKOFF_MAX_S)
+            else:
+                self._leader_backoff = RETRY_BACKOFF_S
         by_leader: dict[int, dict] = {}
         for key, at in wanted.items():
             leader = self._leaders.get(key)
@@ -281,7 +289,9 @@ class FetchReader:
             return_exceptions=True)
         refresh = False
         for result in results:
-            if isinstance(result, (BrokerConnectionError, OSError, TimeoutError)):
+            if isinstance(result, BrokerBackoff):  # down a moment ago: its leaders may move
+                refresh = True
+            elif isinstance(result, (BrokerConnectionError, OSError, TimeoutError)):
                 log.warning("source fetch failed: %s", result)
                 refresh = True
             elif isinstance(result, BaseException):
