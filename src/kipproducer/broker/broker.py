@@ -18,6 +18,7 @@ from typing import Any
 
 from . import handlers as _handlers  # noqa: F401  (registers every API handler)
 from .broker_config import BrokerConfig
+from .dynamic_config import DynamicConfigs, effective_config, listener_tls_context
 from .groups import GroupCoordinator
 from .listeners import advertised, broker_listeners, tls_context
 from .security.authorizer import AclStore
@@ -42,8 +43,13 @@ class Broker:
     ) -> None:
         if not isinstance(config, BrokerConfig):
             config = BrokerConfig.from_properties(config)
-        self.config = config
         self.data_dir = os.fspath(data_dir)
+        # KIP-226: dynamic updates kept in the data dir are laid over the static properties.
+        self.dynamic = DynamicConfigs(self.data_dir)
+        self.static_config = config
+        if self.dynamic.per_broker or self.dynamic.default:
+            config = effective_config(config.given, self.dynamic.merged())
+        self.config = config
         # SASL, users and ACLs (docs/security.md); bad security properties fail here.
         self.security = BrokerSecurity(self.data_dir, config)
         # One server per listener (listeners.py); the first is the one bootstrap_servers names.
@@ -56,12 +62,53 @@ class Broker:
             self.servers.append(BrokerServer(self, spec=spec, ssl_context=context,
                                              quotas=quotas))
         self.server = self.servers[0]
+        self._listener_contexts(self.dynamic.merged())  # rotated keystores, kept in data dir
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self._data_arrived = asyncio.Event()
         self._maintenance: asyncio.Task | None = None
         self._started = False
+
+    def apply_dynamic(self, per_broker: dict[str, str], default: dict[str, str],
+                      validate_only: bool = False) -> None:
+        """Check a new pair of dynamic levels against the static properties; unless
+        validate_only, keep them in the data dir and put them in force where Kafka does so
+        without a restart (connection limits, log cleaner backoff, new topics' defaults)."""
+        merged = self.dynamic.merged(per_broker, default)
+        config = effective_config(self.static_config.given, merged)
+        contexts = self._listener_contexts(merged, install=False)
+        if validate_only:
+            return
+        self.dynamic.per_broker, self.dynamic.default = dict(per_broker), dict(default)
+        self.dynamic.save()
+        self.config = config
+        # A rotated keystore: new connections get the new context, open ones keep theirs.
+        for server, context in contexts.items():
+            server.ssl_context = context
+        quotas = self.server.quotas
+        quotas.reconfigure(config.max_connections, config.max_connections_per_ip,
+                           config.max_connections_per_ip_overrides)
+        if self.logs is not None:
+            self.logs.broker_defaults = dict(config.topic_defaults)
+            self.logs.compaction_backoff_ms = config.log_cleaner_backoff_ms
+
+    def _listener_contexts(self, merged: Mapping[str, str],
+                           install: bool = True) -> dict[BrokerServer, Any]:
+        """Each TLS listener's SSLContext from its listener.name.X.ssl.* dynamic values."""
+        contexts = {}
+        for server in self.servers:
+            if not server.spec.tls:
+                continue
+            context = listener_tls_context(self.static_config.given, merged, server.spec.protocol)
+            if context is None and not install:
+                # Its dynamic keystore was deleted: back to the static one.
+                context = tls_context(self.static_config, [server.spec])
+            if context is not None:
+                contexts[server] = context
+                if install:
+                    server.ssl_context = context
+        return contexts
 
     # -- lifecycle ------------------------------------------------------------------------------
 
