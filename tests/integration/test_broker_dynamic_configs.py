@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     ResourceType,
 )
-from integration_support import KipBroker
+from integration_support import KipBroker, create_topics, unique
 from kafka.admin import ConfigResource as KpResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 
@@ -84,6 +84,17 @@ def broker(kip_broker) -> KipBroker:
 @pytest.fixture
 def admin(broker: KipBroker) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+@pytest.fixture(scope="module")
+def shared(module_broker_factory) -> KipBroker:
+    """One broker for the tests that change nothing (refusals, validate_only)."""
+    return module_broker_factory({"num.partitions": "2"})
+
+
+@pytest.fixture
+def shared_admin(shared: KipBroker) -> AdminClient:
+    return AdminClient({"bootstrap.servers": shared.bootstrap})
 
 
 def test_per_broker_and_default_levels_with_sources_and_synonyms(admin, broker) -> None:
@@ -158,8 +169,9 @@ def test_per_broker_and_default_levels_with_sources_and_synonyms(admin, broker) 
     ("log.cleaner.threads", "", "-1",
      "Invalid value -1 for configuration log.cleaner.threads: Value must be at least 0"),
 ])
-def test_refusals_have_kafkas_code_and_words(admin, broker, name, entity, value,
+def test_refusals_have_kafkas_code_and_words(shared_admin, shared, name, entity, value,
                                              words) -> None:
+    admin, broker = shared_admin, shared
     prefix = f"Invalid config value for resource ConfigResource(type=BROKER, name='{entity}')"
     if entity == "":
         err = incremental(broker.bootstrap, "", (name, value, SET))
@@ -180,7 +192,8 @@ def test_refusals_have_kafkas_code_and_words(admin, broker, name, entity, value,
         ConfigSource.DYNAMIC_BROKER_CONFIG.value)
 
 
-def test_other_broker_id_and_validate_only(admin, broker) -> None:
+def test_other_broker_id_and_validate_only(shared_admin, shared) -> None:
+    admin, broker = shared_admin, shared
     # librdkafka sends a broker's configs to that broker: ask this one about broker 2.
     with ConfigsClient(broker.bootstrap) as client, pytest.raises(
             RequestFailed, match="INVALID_REQUEST: Unexpected broker id, expected 1 or empty "
@@ -210,7 +223,7 @@ def test_updates_survive_kill_9(admin, broker) -> None:
 def _refused(host: str, port: int) -> bool:
     """Does the broker close a new connection at once (max.connections.per.ip reached)?"""
     with socket.create_connection((host, port), timeout=5) as sock:
-        sock.settimeout(2)
+        sock.settimeout(0.5)
         try:
             return sock.recv(1) == b""
         except TimeoutError:
@@ -228,3 +241,28 @@ def test_max_connections_per_ip_takes_effect_live(broker) -> None:
                    for c in client.describe("1"))
         client.alter("1", {}, ["max.connections.per.ip"])
         assert not _refused(broker.host, broker.port)
+
+
+def test_log_defaults_reach_existing_topics_with_dynamic_synonyms(admin, broker) -> None:
+    topic = unique("dyn-log")
+    create_topics(broker.bootstrap, {topic: 1}, {"segment.ms": "60000"})
+    assert incremental(broker.bootstrap, "", ("log.retention.hours", "10", SET)) is None
+    assert incremental(admin, "1", ("log.retention.minutes", "30", SET)) is None
+    kp = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = kp.describe_configs([KpResource(ConfigResourceType.TOPIC, topic)],
+                                        include_synonyms=True,
+                                        config_filter="all")["topic"][topic]
+    finally:
+        kp.close()
+    retention = described["retention.ms"]
+    assert retention["value"] == str(30 * 60_000)
+    assert [(s["name"], s["value"], s["source"]) for s in retention["synonyms"]] == [
+        ("log.retention.minutes", "30", "DYNAMIC_BROKER_CONFIG"),
+        ("log.retention.hours", "10", "DYNAMIC_DEFAULT_BROKER_CONFIG"),
+        ("log.retention.hours", "168", "DEFAULT_CONFIG"),
+    ]
+    # A value the topic config refuses is refused at the broker level too.
+    err = incremental(admin, "1", ("log.cleaner.min.cleanable.ratio", "2", SET))
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_REQUEST
+    assert "between 0 and 1" in err.str(), err.str()

@@ -25,7 +25,9 @@ from .security.authorizer import AclStore
 from .security.broker_security import BrokerSecurity
 from .security.users import UserStore
 from .server import BrokerServer
+from .storage.log_config import LogConfig
 from .storage.log_manager import LogManager
+from .storage.topic_configs import BROKER_SYNONYMS
 from .transactions import TransactionCoordinator
 
 log = logging.getLogger("kipproducer.broker")
@@ -77,6 +79,7 @@ class Broker:
         without a restart (connection limits, log cleaner backoff, new topics' defaults)."""
         merged = self.dynamic.merged(per_broker, default)
         config = effective_config(self.static_config.given, merged)
+        LogConfig.parse(broker_defaults=config.topic_defaults)  # InvalidConfigError
         contexts = self._listener_contexts(merged, install=False)
         if validate_only:
             return
@@ -90,8 +93,21 @@ class Broker:
         quotas.reconfigure(config.max_connections, config.max_connections_per_ip,
                            config.max_connections_per_ip_overrides)
         if self.logs is not None:
-            self.logs.broker_defaults = dict(config.topic_defaults)
+            self.logs.set_broker_defaults(config.topic_defaults)
             self.logs.compaction_backoff_ms = config.log_cleaner_backoff_ms
+
+    def broker_synonym_levels(self) -> dict[str, list[tuple[str, int]]]:
+        """Each broker synonym of a topic config that has a value: its levels, most specific
+        first (per-broker dynamic, cluster-default dynamic, static), for topic DescribeConfigs
+        synonyms as Kafka lists them."""
+        levels: dict[str, list[tuple[str, int]]] = {}
+        for name in BROKER_SYNONYMS:
+            found = [(level[name], source) for level, source in (
+                (self.dynamic.per_broker, 2), (self.dynamic.default, 3),
+                (self.static_config.log_properties, 4)) if name in level]
+            if found:
+                levels[name] = found
+        return levels
 
     def _listener_contexts(self, merged: Mapping[str, str],
                            install: bool = True) -> dict[BrokerServer, Any]:

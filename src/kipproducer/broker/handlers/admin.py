@@ -271,7 +271,7 @@ async def describe_configs(ctx: RequestContext, body):
             names = list(res.configuration_keys) if res.configuration_keys else None
             answer["configs"] = [
                 _config_row(e, v, synonyms, documentation)
-                for e in info.config.describe(names, ctx.broker.config.log_properties)
+                for e in info.config.describe(names, ctx.broker.broker_synonym_levels())
             ]
         elif res.resource_type == RESOURCE_BROKER:
             if res.resource_name not in ("", str(ctx.broker.node_id)):
