@@ -266,3 +266,16 @@ def test_log_defaults_reach_existing_topics_with_dynamic_synonyms(admin, broker)
     err = incremental(admin, "1", ("log.cleaner.min.cleanable.ratio", "2", SET))
     assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_REQUEST
     assert "between 0 and 1" in err.str(), err.str()
+
+
+def test_advertised_listeners_update_reaches_metadata(admin, broker) -> None:
+    told = f"PLAINTEXT://localhost:{broker.port}"
+    assert incremental(admin, "1", ("advertised.listeners", told, SET)) is None
+    fresh = AdminClient({"bootstrap.servers": broker.bootstrap})
+    brokers = fresh.list_topics(timeout=TIMEOUT).brokers
+    assert [f"{b.host}:{b.port}" for b in brokers.values()] == [f"localhost:{broker.port}"]
+    entry = describe(fresh)["advertised.listeners"]
+    assert (entry.value, entry.source) == (told, ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    # Naming a listener the broker does not have is refused.
+    err = incremental(admin, "1", ("advertised.listeners", "SSL://localhost:1", SET))
+    assert isinstance(err, KafkaError) and err.code() == KafkaError.INVALID_REQUEST

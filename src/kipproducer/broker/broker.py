@@ -80,12 +80,14 @@ class Broker:
         merged = self.dynamic.merged(per_broker, default)
         config = effective_config(self.static_config.given, merged)
         LogConfig.parse(broker_defaults=config.topic_defaults)  # InvalidConfigError
+        advertised_now = advertised(config, [server.spec for server in self.servers])
         contexts = self._listener_contexts(merged, install=False)
         if validate_only:
             return
         self.dynamic.per_broker, self.dynamic.default = dict(per_broker), dict(default)
         self.dynamic.save()
         self.config = config
+        self._advertised = advertised_now  # what Metadata tells clients from now on
         # A rotated keystore: new connections get the new context, open ones keep theirs.
         for server, context in contexts.items():
             server.ssl_context = context
