@@ -74,3 +74,18 @@ def test_keystore_update_reaches_new_connections_only(embedded, certs, tmp_path)
     configs = plain.describe_configs([resource])[resource].result(timeout=TIMEOUT)
     entry = configs["listener.name.ssl.ssl.keystore.location"]
     assert entry.value == str(rotated) and not entry.is_read_only
+
+
+def test_rotated_keystore_is_in_force_after_a_restart(embedded, certs, tmp_path) -> None:
+    rotated, bundle = _second_certificate(certs, tmp_path)
+    trusting = Certs(**{**certs.__dict__, "ca": bundle})
+    config = broker_tls(certs, listeners="PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0")
+    data_dir = tmp_path / "data"
+    broker = embedded(config, data_dir=str(data_dir))
+    plain = AdminClient({"bootstrap.servers": broker.listener_address("PLAINTEXT")})
+    assert _set(plain, "listener.name.ssl.ssl.keystore.location", str(rotated)) is None
+    stored = data_dir / "__broker_configs.json"
+    assert stored.stat().st_mode & 0o077 == 0  # only the broker's user reads it
+    broker.close()
+    again = embedded(config, data_dir=str(data_dir))
+    assert _peer_common_name(again.listener_address("SSL"), trusting) == "broker-rotated"

@@ -197,6 +197,7 @@ class DynamicConfigs:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         write_json_atomically(self.path, {"per_broker": self.per_broker,
                                           "default": self.default})
+        os.chmod(self.path, 0o600)  # keystore keys and passwords may be among the values
 
     def merged(self, per_broker: dict[str, str] | None = None,
                default: dict[str, str] | None = None) -> dict[str, str]:
