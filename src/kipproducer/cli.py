@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import groups_cli, mirror_cli, security_cli, transactions_cli
+from . import configs_cli, groups_cli, mirror_cli, security_cli, transactions_cli
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions_cli.add_parser(sub)  # kip transactions
     groups_cli.add_parser(sub)  # kip groups
     mirror_cli.add_parser(sub)  # kip mirror
+    configs_cli.add_parser(sub)  # kip configs
     return parser
 
 

@@ -177,7 +177,7 @@ def test_incremental_alter_configs(admin: AdminClient, broker: KipBroker) -> Non
     assert configs["retention.ms"].value == "604800000"
     assert configs["segment.bytes"].is_default
 
-    # Broker properties are static here: refused, with a reason.
+    # num.partitions is read-only in Kafka 3.9: refused, with a reason.
     [err] = results(
         admin.incremental_alter_configs(
             [

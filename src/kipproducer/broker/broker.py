@@ -18,13 +18,16 @@ from typing import Any
 
 from . import handlers as _handlers  # noqa: F401  (registers every API handler)
 from .broker_config import BrokerConfig
+from .dynamic_config import DynamicConfigs, effective_config, listener_tls_context
 from .groups import GroupCoordinator
 from .listeners import advertised, broker_listeners, tls_context
 from .security.authorizer import AclStore
 from .security.broker_security import BrokerSecurity
 from .security.users import UserStore
 from .server import BrokerServer
+from .storage.log_config import LogConfig
 from .storage.log_manager import LogManager
+from .storage.topic_configs import BROKER_SYNONYMS
 from .transactions import TransactionCoordinator
 
 log = logging.getLogger("kipproducer.broker")
@@ -42,8 +45,13 @@ class Broker:
     ) -> None:
         if not isinstance(config, BrokerConfig):
             config = BrokerConfig.from_properties(config)
-        self.config = config
         self.data_dir = os.fspath(data_dir)
+        # KIP-226: dynamic updates kept in the data dir are laid over the static properties.
+        self.dynamic = DynamicConfigs(self.data_dir)
+        self.static_config = config
+        if self.dynamic.per_broker or self.dynamic.default:
+            config = effective_config(config.given, self.dynamic.merged())
+        self.config = config
         # SASL, users and ACLs (docs/security.md); bad security properties fail here.
         self.security = BrokerSecurity(self.data_dir, config)
         # One server per listener (listeners.py); the first is the one bootstrap_servers names.
@@ -56,12 +64,69 @@ class Broker:
             self.servers.append(BrokerServer(self, spec=spec, ssl_context=context,
                                              quotas=quotas))
         self.server = self.servers[0]
+        self._listener_contexts(self.dynamic.merged())  # rotated keystores, kept in data dir
         self.logs: LogManager | None = None
         self.groups: GroupCoordinator | None = None
         self.transactions: TransactionCoordinator | None = None
         self._data_arrived = asyncio.Event()
         self._maintenance: asyncio.Task | None = None
         self._started = False
+
+    def apply_dynamic(self, per_broker: dict[str, str], default: dict[str, str],
+                      validate_only: bool = False) -> None:
+        """Check a new pair of dynamic levels against the static properties; unless
+        validate_only, keep them in the data dir and put them in force where Kafka does so
+        without a restart (connection limits, log cleaner backoff, new topics' defaults)."""
+        merged = self.dynamic.merged(per_broker, default)
+        config = effective_config(self.static_config.given, merged)
+        LogConfig.parse(broker_defaults=config.topic_defaults)  # InvalidConfigError
+        advertised_now = advertised(config, [server.spec for server in self.servers])
+        contexts = self._listener_contexts(merged, install=False)
+        if validate_only:
+            return
+        self.dynamic.per_broker, self.dynamic.default = dict(per_broker), dict(default)
+        self.dynamic.save()
+        self.config = config
+        self._advertised = advertised_now  # what Metadata tells clients from now on
+        # A rotated keystore: new connections get the new context, open ones keep theirs.
+        for server, context in contexts.items():
+            server.ssl_context = context
+        quotas = self.server.quotas
+        quotas.reconfigure(config.max_connections, config.max_connections_per_ip,
+                           config.max_connections_per_ip_overrides)
+        if self.logs is not None:
+            self.logs.set_broker_defaults(config.topic_defaults)
+            self.logs.compaction_backoff_ms = config.log_cleaner_backoff_ms
+
+    def broker_synonym_levels(self) -> dict[str, list[tuple[str, int]]]:
+        """Each broker synonym of a topic config that has a value: its levels, most specific
+        first (per-broker dynamic, cluster-default dynamic, static), for topic DescribeConfigs
+        synonyms as Kafka lists them."""
+        levels: dict[str, list[tuple[str, int]]] = {}
+        for name in BROKER_SYNONYMS:
+            found = [(level[name], source) for level, source in (
+                (self.dynamic.per_broker, 2), (self.dynamic.default, 3),
+                (self.static_config.log_properties, 4)) if name in level]
+            if found:
+                levels[name] = found
+        return levels
+
+    def _listener_contexts(self, merged: Mapping[str, str],
+                           install: bool = True) -> dict[BrokerServer, Any]:
+        """Each TLS listener's SSLContext from its listener.name.X.ssl.* dynamic values."""
+        contexts = {}
+        for server in self.servers:
+            if not server.spec.tls:
+                continue
+            context = listener_tls_context(self.static_config.given, merged, server.spec.protocol)
+            if context is None and not install:
+                # Its dynamic keystore was deleted: back to the static one.
+                context = tls_context(self.static_config, [server.spec])
+            if context is not None:
+                contexts[server] = context
+                if install:
+                    server.ssl_context = context
+        return contexts
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -295,6 +295,8 @@ class BrokerConfig:
     #: The property names given at start (DescribeConfigs reports them as
     #: STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG, as Kafka does).
     explicit: frozenset[str] = field(default_factory=frozenset)
+    #: The properties given at start, as text (dynamic updates are laid over these).
+    given: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def properties(cls) -> dict[str, Any]:
@@ -330,6 +332,8 @@ class BrokerConfig:
             topic_defaults=_topic_defaults(log_properties),
             log_properties=log_properties,
             explicit=frozenset(props or ()),
+            given={name: str(raw).lower() if isinstance(raw, bool) else str(raw)
+                   for name, raw in (props or {}).items()},
         )
         if config.socket_request_max_bytes < 1024:
             raise BrokerConfigError("socket.request.max.bytes must be at least 1024")

@@ -11,7 +11,10 @@ Three kinds of rows, each with Kafka's name and ConfigType:
   it comes from the command line (--listen, --data-dir), DEFAULT_CONFIG otherwise. Where one
   node makes Kafka's default impossible (a replication factor of 3), the row says 1.
 
-Every row is read-only: broker configs cannot be changed while the broker runs.
+Rows of Kafka 3.9's dynamic configs (dynamic_config.py) are writable; a dynamic value set for
+this node is DYNAMIC_BROKER_CONFIG, one set as the cluster default DYNAMIC_DEFAULT_BROKER_CONFIG,
+and the synonyms list every level that has a value, most specific first (per-broker, cluster
+default, static, default), as Kafka does. The others are read-only.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import MISSING, dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from .broker_config import BrokerConfig
+from .dynamic_config import base_name, is_dynamic
 from .storage.config_def import (
     SOURCE_DEFAULT_CONFIG,
     SOURCE_STATIC_BROKER_CONFIG,
@@ -48,6 +52,13 @@ class BrokerEntry:
     config_type: int
     synonyms: tuple[ConfigSynonym, ...]
     documentation: str | None = None
+    read_only: bool = True
+    sensitive: bool = False
+
+
+#: DescribeConfigs ConfigSource values of the two dynamic levels.
+SOURCE_DYNAMIC_BROKER_CONFIG: Final = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG: Final = 3
 
 
 # Kafka's LONG-typed properties among BrokerConfig's; the other ints are INT.
@@ -61,7 +72,8 @@ _LONG_PROPERTIES: Final = frozenset({
 })
 _LIST_PROPERTIES: Final = frozenset({"sasl.enabled.mechanisms"})
 #: Kafka's PASSWORD-typed properties: DescribeConfigs never shows their values.
-_PASSWORD_PROPERTIES: Final = frozenset({"ssl.key.password", "ssl.keystore.key"})
+_PASSWORD_PROPERTIES: Final = frozenset({
+    "ssl.key.password", "ssl.keystore.key", "ssl.keystore.password", "ssl.truststore.password"})
 
 
 def _listener_name(broker: Broker) -> str:
@@ -89,7 +101,7 @@ _NODE_KEYS: Final[dict[str, tuple[int, _NodeValue, bool, str]]] = {
         TYPE_STRING, _listeners, True, "the addresses --listen and listeners bound"),
     "advertised.listeners": (
         TYPE_STRING, _advertised_listeners,
-        True, "the addresses clients are told (advertised.host / advertised.port)"),
+        False, "the addresses clients are told (advertised.host / advertised.port)"),
     "listener.security.protocol.map": (
         TYPE_STRING, _protocol_map, False,
         "each listener is named after its protocol"),
@@ -183,17 +195,94 @@ def _log_rows(broker: Broker) -> list[BrokerEntry]:
                     value //= synonym.unit_ms
                 default = definition.render(value)
             text = given.get(synonym.name, default)
-            rows.append(_row(synonym.name, text, synonym.name in given, definition.config_type,
+            static = synonym.name in broker.config.explicit
+            rows.append(_row(synonym.name, text, static, definition.config_type,
                              f"broker default of the topic config {definition.name}", default))
     return rows
 
 
 def _node_rows(broker: Broker) -> list[BrokerEntry]:
     rows = []
+    explicit = broker.config.explicit
     for name, (config_type, value_of, from_command_line, doc) in _NODE_KEYS.items():
         value = value_of(broker)
+        if name == "advertised.listeners":
+            # Kafka: DEFAULT_CONFIG when the broker derived the value from its listeners.
+            from_command_line = bool(explicit & {
+                "advertised.listeners", "advertised.host", "advertised.port"})
         rows.append(_row(name, render_typed(config_type, value), from_command_line,
                          config_type, doc))
+    return rows
+
+
+def node_key_names() -> set[str]:
+    return set(_NODE_KEYS)
+
+
+def _with_dynamic(row: BrokerEntry, broker: Broker) -> BrokerEntry:
+    """The row with the dynamic levels laid over it (value, source, synonyms, read-only)."""
+    dynamic = broker.dynamic
+    name = row.name
+    if not is_dynamic(name):
+        return row
+    per_broker, default = dynamic.per_broker.get(name), dynamic.default.get(name)
+    hidden = row.config_type == TYPE_PASSWORD
+    synonyms = []
+    if per_broker is not None:
+        synonyms.append(ConfigSynonym(name, None if hidden else per_broker,
+                                      SOURCE_DYNAMIC_BROKER_CONFIG))
+    if default is not None:
+        synonyms.append(ConfigSynonym(name, None if hidden else default,
+                                      SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG))
+    given = broker.config.given
+    for synonym in row.synonyms:
+        if synonym.source == SOURCE_STATIC_BROKER_CONFIG and synonym.name in given:
+            synonym = ConfigSynonym(synonym.name, None if hidden else given[synonym.name],
+                                    SOURCE_STATIC_BROKER_CONFIG)
+        synonyms.append(synonym)
+    if per_broker is not None or default is not None:
+        value = None if hidden else (per_broker if per_broker is not None else default)
+        source = (SOURCE_DYNAMIC_BROKER_CONFIG if per_broker is not None
+                  else SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG)
+    else:
+        value, source = row.value, row.source
+    return BrokerEntry(name, value, source, row.config_type, tuple(synonyms),
+                       row.documentation, read_only=False, sensitive=hidden)
+
+
+def _extra_dynamic_rows(broker: Broker, names: set[str]) -> list[BrokerEntry]:
+    """Dynamic values under names with no row of their own (listener.name.X.*, custom)."""
+    rows = []
+    for name in names:
+        hidden = base_name(name) in _PASSWORD_PROPERTIES
+        rows.append(_with_dynamic(BrokerEntry(
+            name, None, SOURCE_DEFAULT_CONFIG, TYPE_PASSWORD if hidden else TYPE_STRING, ()),
+            broker) if is_dynamic(name) else _custom_row(broker, name))
+    return rows
+
+
+def _custom_row(broker: Broker, name: str) -> BrokerEntry:
+    per_broker, default = broker.dynamic.per_broker.get(name), broker.dynamic.default.get(name)
+    synonyms = []
+    if per_broker is not None:
+        synonyms.append(ConfigSynonym(name, per_broker, SOURCE_DYNAMIC_BROKER_CONFIG))
+    if default is not None:
+        synonyms.append(ConfigSynonym(name, default, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG))
+    return BrokerEntry(name, synonyms[0].value, synonyms[0].source, TYPE_STRING,
+                       tuple(synonyms), read_only=False)
+
+
+def describe_default(broker: Broker) -> list[BrokerEntry]:
+    """The cluster-default resource (empty name): only its dynamic values, as Kafka."""
+    rows = []
+    for name in sorted(broker.dynamic.default):
+        hidden = base_name(name) in _PASSWORD_PROPERTIES
+        value = None if hidden else broker.dynamic.default[name]
+        rows.append(BrokerEntry(
+            name, value, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG,
+            TYPE_PASSWORD if hidden else TYPE_STRING,
+            (ConfigSynonym(name, value, SOURCE_DYNAMIC_DEFAULT_BROKER_CONFIG),),
+            read_only=False, sensitive=hidden))
     return rows
 
 
@@ -201,6 +290,11 @@ def describe_broker(broker: Broker) -> list[BrokerEntry]:
     """Every broker row, sorted by name; a name appears once (BrokerConfig's wins)."""
     rows: dict[str, BrokerEntry] = {}
     for row in [*_node_rows(broker), *_log_rows(broker), *_property_rows(broker)]:
+        rows[row.name] = row
+    for name, row in rows.items():
+        rows[name] = _with_dynamic(row, broker)
+    extra = {*broker.dynamic.per_broker, *broker.dynamic.default} - set(rows)
+    for row in _extra_dynamic_rows(broker, extra):
         rows[row.name] = row
     return [rows[name] for name in sorted(rows)]
 

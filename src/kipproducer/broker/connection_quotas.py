@@ -73,6 +73,15 @@ class ConnectionQuotas:
         self._slot_freed: asyncio.Event | None = None
         self._warned_at = -1e9
 
+    def reconfigure(self, max_connections: int, max_per_ip: int, overrides_text: str) -> None:
+        """New limits at run time (dynamic max.connections...); connections already open
+        stay, new ones are counted against the new limits."""
+        self.overrides = resolve_overrides(parse_overrides(overrides_text))
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        if self._slot_freed is not None and self.total < max_connections:
+            self._slot_freed.set()
+
     def limit_for(self, ip: str) -> int:
         return self.overrides.get(ip, self.max_per_ip)
 

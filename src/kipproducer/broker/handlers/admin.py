@@ -14,7 +14,8 @@ from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
 from ..api import RequestContext, handles
-from ..broker_config_defs import BrokerEntry, describe_broker
+from ..broker_config_defs import BrokerEntry, describe_broker, describe_default
+from ..dynamic_config import DynamicConfigError, validate
 from ..security.checks import (
     may_alter_configs,
     may_alter_topic,
@@ -217,10 +218,11 @@ def _config_row(entry, v: int, include_synonyms: bool, include_documentation: bo
     row = {
         "name": entry.name,
         "value": entry.value,
-        # Broker configs cannot change while the broker runs; topic configs can.
-        "read_only": broker,
+        # Kafka's static broker configs cannot change while the broker runs; its dynamic
+        # ones (dynamic_config.py) and topic configs can.
+        "read_only": entry.read_only if broker else False,
         "config_source": entry.source,
-        "is_sensitive": False,
+        "is_sensitive": entry.sensitive if broker else False,
         "synonyms": [
             {"name": s.name, "value": s.value, "source": s.source}
             for s in (entry.synonyms if include_synonyms else ())
@@ -269,7 +271,7 @@ async def describe_configs(ctx: RequestContext, body):
             names = list(res.configuration_keys) if res.configuration_keys else None
             answer["configs"] = [
                 _config_row(e, v, synonyms, documentation)
-                for e in info.config.describe(names, ctx.broker.config.log_properties)
+                for e in info.config.describe(names, ctx.broker.broker_synonym_levels())
             ]
         elif res.resource_type == RESOURCE_BROKER:
             if res.resource_name not in ("", str(ctx.broker.node_id)):
@@ -279,9 +281,11 @@ async def describe_configs(ctx: RequestContext, body):
                 )
             else:
                 keys = set(res.configuration_keys or ())
+                rows = (describe_default(ctx.broker) if res.resource_name == ""
+                        else describe_broker(ctx.broker))
                 answer["configs"] = [
                     _config_row(e, v, synonyms, documentation)
-                    for e in describe_broker(ctx.broker)
+                    for e in rows
                     if not keys or e.name in keys
                 ]
         else:
@@ -306,10 +310,13 @@ def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool)
         answer.update(error_code=_config_auth_error(res.resource_type),
                       error_message=f"{ctx.principal} lacks AlterConfigs")
         return answer
+    if res.resource_type == RESOURCE_BROKER:
+        return _alter_broker(ctx, res, validate_only, incremental, answer)
     if res.resource_type != RESOURCE_TOPIC:
         answer.update(
-            error_code=INVALID_CONFIG,
-            error_message="broker configs are static: set them with --config at start",
+            error_code=ec.INVALID_REQUEST,
+            error_message="AlterConfigs is only supported for topics and brokers, but "
+            f"resource type is {res.resource_type}",
         )
         return answer
     try:
@@ -351,6 +358,58 @@ def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool)
         )
     except Exception as exc:
         answer.update(error_code=_error_of(exc), error_message=str(exc))
+    return answer
+
+
+def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bool,
+                  answer: dict) -> dict:
+    """KIP-226: a per-broker (name = node id) or cluster-default (empty name) update, with
+    Kafka 3.9's checks and its INVALID_REQUEST "Invalid config value for resource" refusal."""
+    broker = ctx.broker
+    name = res.resource_name
+    if name not in ("", str(broker.node_id)):
+        answer.update(error_code=ec.INVALID_REQUEST,
+                      error_message=f"Unexpected broker id, expected {broker.node_id} or "
+                      f"empty string, but received {name}")
+        return answer
+    per_broker = name != ""
+    current = broker.dynamic.level(per_broker)
+    updates: dict[str, str | None] = {}
+    try:
+        if not incremental:
+            # AlterConfigs replaces the level's whole set, as Kafka's does.
+            new = {c.name: c.value for c in res.configs if c.value is not None}
+            updates = {n: None for n in current if n not in new}
+            updates.update(new)
+        else:
+            new = dict(current)
+            for c in res.configs:
+                if c.config_operation == OP_SET:
+                    new[c.name] = c.value
+                    updates[c.name] = c.value
+                elif c.config_operation == OP_DELETE:
+                    new.pop(c.name, None)
+                    updates[c.name] = None
+                elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
+                    items = [x for x in (new.get(c.name) or "").split(",") if x]
+                    for item in (c.value or "").split(","):
+                        if c.config_operation == OP_APPEND and item and item not in items:
+                            items.append(item)
+                        elif c.config_operation == OP_SUBTRACT and item in items:
+                            items.remove(item)
+                    new[c.name] = ",".join(items)
+                    updates[c.name] = new[c.name]
+                else:
+                    raise DynamicConfigError(f"unknown operation {c.config_operation}")
+            new = {k: v for k, v in new.items() if v is not None}
+        validate(updates, per_broker)
+        levels = (new, broker.dynamic.default) if per_broker else (
+            broker.dynamic.per_broker, new)
+        broker.apply_dynamic(*levels, validate_only=validate_only)
+    except (DynamicConfigError, ValueError) as exc:
+        answer.update(error_code=ec.INVALID_REQUEST,
+                      error_message="Invalid config value for resource ConfigResource("
+                      f"type=BROKER, name='{name}'): {exc}")
     return answer
 
 

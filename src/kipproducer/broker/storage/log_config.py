@@ -229,8 +229,9 @@ class LogConfig:
         """DescribeConfigs rows, all configs or the ``names`` asked for (unknown ones skipped).
 
         ``broker_properties``: the broker properties set at start, by their broker names
-        (log.retention.hours, ...), for the synonyms; without them the broker defaults stand
-        in under each config's first broker synonym.
+        (log.retention.hours, ...), for the synonyms, each a value or a list of (value,
+        source) most specific first (dynamic broker configs); without them the broker
+        defaults stand in under each config's first broker synonym.
         """
         wanted = (
             CONFIG_DEFS
@@ -275,13 +276,13 @@ class LogConfig:
             )
         for synonym in definition.synonyms:
             if synonym.name in broker_properties:
-                out.append(
-                    ConfigSynonym(
-                        synonym.name,
-                        str(broker_properties[synonym.name]),
-                        SOURCE_STATIC_BROKER_CONFIG,
-                    )
-                )
+                given = broker_properties[synonym.name]
+                # A value set at start, or (dynamic broker configs) its levels, most specific
+                # first: [(value, source), ...].
+                levels = given if isinstance(given, list) else [
+                    (given, SOURCE_STATIC_BROKER_CONFIG)]
+                for value, source in levels:
+                    out.append(ConfigSynonym(synonym.name, str(value), source))
         default = synonym_default(definition)
         if default is not None:
             out.append(ConfigSynonym(*default, SOURCE_DEFAULT_CONFIG))

@@ -389,6 +389,19 @@ class LogManager:
             info = self.topic(name)
             return self._set_config(info, info.config.altered(set_values, delete), validate_only)
 
+    def set_broker_defaults(self, defaults: Mapping[str, str]) -> None:
+        """New broker defaults (dynamic broker configs): every topic's config follows them
+        where the topic has no override of its own, as Kafka's do."""
+        LogConfig.parse(broker_defaults=defaults)  # a bad default changes nothing
+        with self._lock:
+            self.broker_defaults = dict(defaults)
+            for name, info in list(self._topics.items()):
+                config = LogConfig.parse(info.config.overrides, broker_defaults=defaults)
+                self._topics[name] = TopicInfo(info.name, info.topic_id, info.partitions,
+                                               config)
+                for partition in range(info.partitions):
+                    self._logs[(info.name, partition)].update_config(config)
+
     def _set_config(self, info: TopicInfo, config: LogConfig, validate_only: bool) -> TopicInfo:
         updated = TopicInfo(info.name, info.topic_id, info.partitions, config)
         if validate_only:
