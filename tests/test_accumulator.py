@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatch as AioBatch
 
-from kipproducer.accumulator import RecordAccumulator, from_config
+from kipproducer.accumulator import RecordAccumulator
 from kipproducer.errors import OffsetOrderError, QueueFullError
 from kipproducer.records import decode_batches
 
@@ -241,14 +241,6 @@ def test_compression_in_accumulator():
     (b,) = drained(acc)
     assert b.compression == "zstd" and b.size < 100 * 100
     assert len(records_of([b])) == 100
-
-
-def test_from_config_maps_librdkafka_names():
-    acc = from_config({"batch.size": 2048, "linger.ms": 7, "queue.buffering.max.kbytes": 4,
-                       "queue.buffering.max.messages": 9, "compression.type": "lz4",
-                       "bootstrap.servers": "ignored"})
-    assert (acc.batch_size, acc.linger_ms, acc.max_bytes, acc.max_messages) == (2048, 7, 4096, 9)
-    assert acc.codec == 3
 
 
 # ---- bulk path ------------------------------------------------------------------------------

@@ -1,3 +1,6 @@
+# Stub of src/_accel/accumulator.pyx, compiled into kipproducer._accumulator: it sits here, beside
+# the compiled module, because the module lives in the kipproducer package (a stub beside
+# the .pyx would not be found). tests/test_stubs.py checks the two say the same.
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -6,7 +9,14 @@ import numpy.typing as npt
 
 from ._records import Headers
 
+CODEC_NAMES: dict[int, str | None]
+FIELD_NAMES: tuple[str, ...]
+
 def monotonic_ms() -> int: ...
+
+class HeaderWire:
+    @property
+    def hits(self) -> int: ...
 
 class ProducerBatch:
     topic: str
@@ -28,6 +38,8 @@ class ProducerBatch:
     def opaques(self) -> list[Any] | None: ...
     finished: bool
     attempts: int
+    runs: list[tuple[int, int, int, int, int]] | None
+    def record_offset(self, index: int) -> int: ...
     @property
     def data(self) -> memoryview: ...
     @property
@@ -65,6 +77,8 @@ class RecordAccumulator:
     transactional: bool
     buffered_bytes: int
     buffered_messages: int
+    closed_batches: int
+    pack_runs: bool
     def __init__(
         self,
         *,
@@ -107,6 +121,22 @@ class RecordAccumulator:
         opaque: Any = None,
         expected_offset: int | None = None,
     ) -> int: ...
+    def append_dicts(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        start: int,
+        stop: int,
+        chosen: int | npt.NDArray[np.int32] | None,
+        call_partition: int,
+        max_bytes: int,
+        default_target: Any,
+        make_target: Any,
+        kip_refusals: tuple[Any, Any],
+        fail: Any,
+    ) -> int:
+        """confluent-kafka's produce_batch per record: ``messages[start:stop]``; returns how
+        many records were appended."""
     def append_fetched(
         self,
         topic: str,
@@ -154,7 +184,10 @@ class RecordAccumulator:
     def purge(self) -> list[ProducerBatch]: ...
     def __len__(self) -> int: ...
 
-
+def key_hashes(keys: Column, algorithm: str) -> npt.NDArray[np.uint32]: ...
+def key_lengths(keys: Column) -> npt.NDArray[np.int64]: ...
+def scan_messages(messages: list[Any], call_partition: int) -> bool: ...
+def message_keys(messages: list[Any]) -> list[Any]: ...
 
 class BatchDelivery:
     """One Kafka batch's delivery outcome (produce_arrays' default report)."""

@@ -1,9 +1,13 @@
+# Stub of src/_accel/produce_wire.pyx, compiled into kipproducer._produce_wire: it sits here, beside
+# the compiled module, because the module lives in the kipproducer package (a stub beside
+# the .pyx would not be found). tests/test_stubs.py checks the two say the same.
 from typing import Any
 
 from typing_extensions import Buffer
 
 DIRECT_MIN_VERSION: int
 DIRECT_MAX_VERSION: int
+SPILL_MIN_BYTES: int
 
 class PartitionProduceData:
     @property

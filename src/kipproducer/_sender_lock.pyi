@@ -1,3 +1,6 @@
+# Stub of src/_accel/sender_lock.pyx, compiled into kipproducer._sender_lock: it sits here, beside
+# the compiled module, because the module lives in the kipproducer package (a stub beside
+# the .pyx would not be found). tests/test_stubs.py checks the two say the same.
 from typing import Any
 
 class SenderFirstLock:

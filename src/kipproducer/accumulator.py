@@ -4,7 +4,7 @@
 max_bytes=1 GiB, max_messages=100000, compression=None, producer_id=-1, producer_epoch=-1,
 transactional=False)``; the defaults are librdkafka's (``batch.size``, ``batch.num.messages``,
 ``linger.ms``, ``queue.buffering.max.kbytes``, ``queue.buffering.max.messages``,
-``compression.type``), and :func:`from_config` maps those property names.
+``compression.type``).
 
 Appending
     ``append(topic, partition, key, value, headers=None, timestamp=None, offset=None,
@@ -47,38 +47,11 @@ Idempotence
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._accumulator import PartitionState, ProducerBatch, RecordAccumulator, monotonic_ms
 
 __all__ = [
     "PartitionState",
     "ProducerBatch",
     "RecordAccumulator",
-    "from_config",
     "monotonic_ms",
 ]
-
-# librdkafka property -> (accumulator keyword, converter)
-_CONFIG_MAP: dict[str, tuple[str, Any]] = {
-    "batch.size": ("batch_size", int),
-    "batch.num.messages": ("batch_num_messages", int),
-    "linger.ms": ("linger_ms", float),
-    "queue.buffering.max.ms": ("linger_ms", float),
-    "queue.buffering.max.kbytes": ("max_bytes", lambda v: int(v) * 1024),
-    "queue.buffering.max.messages": ("max_messages", int),
-    "compression.type": ("compression", lambda v: None if v in (None, "none") else str(v)),
-    "compression.codec": ("compression", lambda v: None if v in (None, "none") else str(v)),
-}
-
-
-def from_config(config: dict[str, Any], **overrides: Any) -> RecordAccumulator:
-    """Build an accumulator from librdkafka-style properties (others are ignored here)."""
-    kwargs: dict[str, Any] = {}
-    for name, value in config.items():
-        mapped = _CONFIG_MAP.get(name)
-        if mapped is not None:
-            keyword, convert = mapped
-            kwargs[keyword] = convert(value)
-    kwargs.update(overrides)
-    return RecordAccumulator(**kwargs)

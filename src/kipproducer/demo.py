@@ -326,9 +326,14 @@ def _table(source: TopicSummary, target: TopicSummary) -> tuple[list[str], int]:
 def _spark_step(target) -> bool | None:
     """Step 5 when pyspark and a Java are here: True/False (exactly once or not), None when
     skipped (and it says how to install what is missing)."""
-    from .spark import demo_step, unavailable_reason
-
-    missing = unavailable_reason()
+    try:
+        from .spark import demo_step, unavailable_reason
+    except ImportError as exc:  # the spark extra is not installed: the message says how
+        if exc.name != "kipproducer.spark":
+            raise
+        missing: str | None = str(exc).removeprefix("kipproducer.spark: ")
+    else:
+        missing = unavailable_reason()
     if missing is not None:
         print(f"\n5. spark   skipped: {missing}")
         return None

@@ -25,7 +25,14 @@ def cmd_mirror(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.engine == "spark":  # a one-time backfill as one Spark job (docs/spark.md)
-        from .spark.backfill import run_cli
+        try:
+            from .spark.backfill import run_cli
+        except ImportError as exc:  # the spark extra is not installed: the message says how
+            if exc.name != "kipproducer.spark":
+                raise
+            print(f"kip mirror: --engine spark: {str(exc).removeprefix('kipproducer.spark: ')}",
+                  file=sys.stderr)
+            return 2
 
         try:
             configs = (_properties(args.source_config, "--source-config"),

@@ -99,17 +99,3 @@ def response_header_version(api_key: int, version: int) -> int:
     """0 or 1; every ApiVersions response uses 0 (kio's ``__header_schema__`` says so)."""
     cls = response_class(api_key, version)
     return int(cls.__header_schema__.__version__)  # type: ignore[attr-defined]
-
-
-def header_version_of(payload_class: type) -> int:
-    return int(payload_class.__header_schema__.__version__)  # type: ignore[attr-defined]
-
-
-def all_payload_classes() -> list[tuple[int, int, type, type]]:
-    """(api_key, version, request class, response class) for every pair kio knows."""
-    out = []
-    for api_key in known_api_keys():
-        for version in known_versions(api_key):
-            out.append((api_key, version, request_class(api_key, version),
-                        response_class(api_key, version)))
-    return out

@@ -22,16 +22,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .options import OptionError, connection, kafka_properties, lower_keys
-from .source import schema as _read_schema
+#: The ImportError every module of this package raises when pyspark is not installed.
+MISSING_PYSPARK = ('pyspark is not installed: pip install "kipproducer[spark]" (PySpark 4; a '
+                   "Java 17 or 21 runtime too)")
+
+try:  # pyspark is an extra: without it the package refuses to import, naming the extra
+    from pyspark.sql.datasource import DataSource
+except ImportError as exc:
+    raise ImportError(f"kipproducer.spark: {MISSING_PYSPARK}", name=__name__) from exc
+
+from .options import OptionError, connection, kafka_properties, lower_keys  # noqa: E402
+from .source import schema as _read_schema  # noqa: E402
 
 __all__ = ["KipDataSource", "OptionError", "find_java", "prepare_environment",
            "recover_write", "register", "session", "unavailable_reason", "write_ordered"]
-
-try:
-    from pyspark.sql.datasource import DataSource
-except ImportError:  # pragma: no cover - the spark extra is not installed
-    DataSource = object  # type: ignore
 
 
 class KipDataSource(DataSource):  # type: ignore[misc]
@@ -116,8 +120,7 @@ def unavailable_reason() -> str | None:
     import importlib.util
 
     if importlib.util.find_spec("pyspark") is None:
-        return ('pyspark is not installed: pip install "kipproducer[spark]" (PySpark 4; a Java '
-                "17 or 21 runtime too)")
+        return MISSING_PYSPARK
     if find_java() is None:
         return ("no Java for Spark: install a Java 17 or 21 runtime (Debian/Ubuntu: apt-get "
                 "install -y openjdk-17-jre-headless; macOS: brew install openjdk@17) or set "

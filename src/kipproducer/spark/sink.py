@@ -28,14 +28,12 @@ from typing import Any
 
 import numpy as np
 
+# pyspark is there: the package refuses to import without it (__init__.py)
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+
 from .ledger import DEFAULT_STATE_TOPIC, Ledger
 from .options import OptionError, connection, kafka_properties, lower_keys, parse_int
 from .twophase import OpenTransaction, settle
-
-try:  # pyspark is an extra: kipproducer imports without it
-    from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
-except ImportError:  # pragma: no cover - the spark extra is not installed
-    DataSourceArrowWriter = WriterCommitMessage = object  # type: ignore
 
 log = logging.getLogger("kipproducer.spark")
 

@@ -19,6 +19,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# pyspark is there: the package refuses to import without it (__init__.py)
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
 from .options import (
     OptionError,
     connection,
@@ -28,13 +32,6 @@ from .options import (
     parse_int,
     parse_json,
 )
-
-try:  # pyspark is an extra: kipproducer imports without it
-    from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
-except ImportError:  # pragma: no cover - the spark extra is not installed
-    DataSourceReader = DataSourceStreamReader = InputPartition = object  # type: ignore
-    SupportsTriggerAvailableNow = object  # type: ignore
 
 EARLIEST, LATEST = -2, -1  # Spark's (and Kafka's ListOffsets') codes in offset JSON
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "

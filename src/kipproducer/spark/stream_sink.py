@@ -15,15 +15,13 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+# pyspark is there: the package refuses to import without it (__init__.py)
+from pyspark.sql.datasource import DataSourceStreamArrowWriter
+
 from .ledger import DEFAULT_STATE_TOPIC, Ledger, SinkState
 from .options import OptionError, lower_keys
 from .sink import TRANSACTIONAL, Message, WriteOptions, write_prefix, write_transactional
 from .twophase import OpenTransaction
-
-try:  # pyspark is an extra: kipproducer imports without it
-    from pyspark.sql.datasource import DataSourceStreamArrowWriter
-except ImportError:  # pragma: no cover - the spark extra is not installed
-    DataSourceStreamArrowWriter = object  # type: ignore
 
 log = logging.getLogger("kipproducer.spark")
 
