@@ -15,6 +15,7 @@ SPARK_TESTS = "tests/spark/"
 # Seconds per test by directory; the longest tests carry their own marker.
 TIME_LIMITS_S = {
     "tests/broker/": 60,
+    "tests/docs/": 120,
     "tests/integration/": 60,
     "tests/kip/": 120,
     "tests/mirror/": 120,
