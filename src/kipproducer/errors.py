@@ -42,7 +42,7 @@ class QueueFullError(KipError, BufferError):
 from confluent_kafka import KafkaError as _KafkaError  # noqa: E402
 from confluent_kafka import KafkaException as _KafkaException  # noqa: E402
 
-#: The wire codes of shared/KIP-WIRE.md §5 (no Kafka release uses them).
+#: The wire codes of docs/protocol.md §5 (no Kafka release uses them).
 INVALID_PRODUCE_OFFSET = 10391
 OFFSET_MISMATCH = 10027
 

@@ -136,3 +136,14 @@ def test_block_runs_as_written(block: Block, brokers, tmp_path: Path) -> None:
         done = run(args, tmp_path)
         assert done.returncode == 0, (
             f"{block.id}: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+def test_the_pages_point_only_inside_the_repository() -> None:
+    """Relative links resolve inside the checkout; no page names a path outside it."""
+    for page in PAGES:
+        text = page.read_text()
+        outside = re.findall(r"(?<![\w.])(?:\.\./|shared/)\S*", text)
+        assert not outside, f"{page.relative_to(ROOT)}: {outside}"
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            if not re.match(r"[a-z]+:", target):
+                assert (page.parent / target).exists(), f"{page.relative_to(ROOT)}: {target}"

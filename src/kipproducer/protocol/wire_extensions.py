@@ -1,4 +1,4 @@
-"""The kipproducer wire extensions (shared/KIP-WIRE.md), as constants and kio classes.
+"""The kipproducer wire extensions (docs/protocol.md), as constants and kio classes.
 
 * Feature names advertised in ApiVersionsResponse v3+ SupportedFeatures (tag 0).
 * ``ProduceMode``: ProduceRequest v9..v13 top-level tagged field 10000, int8, default 0.
