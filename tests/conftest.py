@@ -16,6 +16,8 @@ SPARK_TESTS = "tests/spark/"
 TIME_LIMITS_S = {
     "tests/broker/": 60,
     "tests/cluster/": 180,
+    "tests/docs/": 120,
+    "tests/examples/": 180,
     "tests/integration/": 60,
     "tests/kip/": 120,
     "tests/mirror/": 120,

@@ -3,6 +3,9 @@ Producer: which properties reach those clients, and reading the first record at 
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -20,10 +23,56 @@ _CONNECTION = ("bootstrap.servers", "metadata.broker.list", "client.id", "securi
 OUT_OF_RANGE = "out of range"
 
 
+#: Where the librdkafka clients that kipproducer runs log (the Producer's own handle, and the
+#: mirror's, producer groups' and Spark source's internal consumers and admin clients), unless
+#: the user's config gives a ``logger``: Python logging, at the level the application sets
+#: (``logging.getLogger("kipproducer.librdkafka").setLevel(...)``). A message that only repeats
+#: an earlier one (librdkafka retries a refused connection every few ms, each time with a
+#: line) is dropped for ``REPEAT_S`` seconds, so a wrong bootstrap address gives one line
+#: naming it, not hundreds.
+LIBRDKAFKA_LOGGER = logging.getLogger("kipproducer.librdkafka")
+REPEAT_S = 60.0
+
+
+class _DropRepeats(logging.Filter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        # librdkafka's lines differ only in counters and timings when they repeat, and the
+        # client's name ("rdkafka#consumer-3") differs from one internal client to the next
+        key = (record.levelname, re.sub(r"\d+", "#", re.sub(r"\[[^\]]*#[^\]]*\]", "", text)))
+        now = time.monotonic()
+        with self._lock:
+            last = self._seen.get(key)
+            if last is not None and now - last < REPEAT_S:
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[key] = now
+        return True
+
+
+LIBRDKAFKA_LOGGER.addFilter(_DropRepeats())
+
+
+def with_logger(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """``conf`` with kipproducer's ``logger`` when it has none (librdkafka's own stderr
+    logging otherwise), or only a logger's name (a Spark option is a string)."""
+    out = dict(conf)
+    if not hasattr(out.get("logger"), "log"):
+        out["logger"] = LIBRDKAFKA_LOGGER
+    return out
+
+
 def connection_properties(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """The properties of ``conf`` that say how to reach and authenticate to the cluster."""
-    return {k: v for k, v in conf.items()
-            if k in _CONNECTION or k.startswith(_CONNECTION_PREFIXES)}
+    """The properties of ``conf`` that say how to reach and authenticate to the cluster, and
+    where to log (``logger``: the user's, else ``LIBRDKAFKA_LOGGER``)."""
+    return with_logger({k: v for k, v in conf.items()
+                        if k in _CONNECTION or k.startswith(_CONNECTION_PREFIXES)})
 
 
 def first_records(consumer: Consumer, topic: str, at: Mapping[int, int],

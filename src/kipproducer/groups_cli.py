@@ -29,7 +29,7 @@ from .blocking_client import (
 from .producer_group import DELETED, POSITIONS_TOPIC_PREFIX
 from .protocol import error_codes as ec
 
-OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
+METADATA, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 3, 9, 10, 15, 16
 
 
 class GroupsClient(BlockingClient):
@@ -109,6 +109,19 @@ def _position_text(offset: int | None, metadata: str | None) -> str:
     return (metadata or "").rstrip("\0") or f"(in the record at offset {offset - 1})"
 
 
+def _partition_count(client: GroupsClient, topic: str) -> int:
+    """The topic's partition count (0 when the metadata does not say): every source partition
+    is listed, "(none)" for one without a position."""
+    try:
+        answer = client.request(METADATA, 12, topics=[{"name": topic}],
+                                allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=False)
+    except RequestFailed:
+        return 0
+    return sum(len(t.partitions) for t in answer.topics
+               if t.name == topic and int(t.error_code) == ec.NONE)
+
+
 def _describe(client: GroupsClient, args: argparse.Namespace) -> int:
     d = describe(client, args.group)
     if d["state"] == "Dead" and not d["offsets"]:
@@ -130,7 +143,8 @@ def _describe(client: GroupsClient, args: argparse.Namespace) -> int:
     if is_producer_group:
         partitions = sorted({p for (t, p) in d["offsets"] if t == positions_topic}
                             | {p for m in d["members"]
-                               for p in m["assignment"].get(positions_topic, ())})
+                               for p in m["assignment"].get(positions_topic, ())}
+                            | set(range(_partition_count(client, positions_topic))))
         rows = []
         for p in partitions:
             offset, metadata = d["offsets"].get((positions_topic, p), (None, None))

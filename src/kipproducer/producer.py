@@ -42,6 +42,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from . import _accumulator
 from ._accumulator import BatchDelivery, report_runs
+from .clients import with_logger
 from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
@@ -117,7 +118,10 @@ class Producer(confluent_kafka.Producer):
         EngineConfig.check_kip_properties(conf)
         # Producer groups (KIP-509): their properties are not librdkafka's producer's.
         conf, group_settings = split_config(conf)
-        super().__init__({k: v for k, v in conf.items() if not k.startswith("kip.")})
+        # librdkafka's log lines go to Python logging (clients.LIBRDKAFKA_LOGGER, repeats
+        # dropped) unless the config gives a logger.
+        super().__init__(with_logger({k: v for k, v in conf.items()
+                                      if not k.startswith("kip.")}))
         self._conf = conf
         self._group: ProducerGroup | None = (
             ProducerGroup(self, conf, group_settings) if group_settings is not None else None)

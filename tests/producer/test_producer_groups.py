@@ -125,6 +125,12 @@ def test_first_member_gets_all_then_restart_resumes(kip, mode, out_topic, capsys
     assert rows["0"][:2] == ["2026-11-24T12:34:00", "loader-a/127.0.0.1"]
     assert rows["1"][0] == "(none)" and rows["2"][0] == "row-17"
     a.close()
+    # With no member left, a partition without a position is still listed, as "(none)".
+    assert cli_main(["groups", "--bootstrap-server", kip.bootstrap, "describe", group]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()
+            if line[:1].isdigit()}
+    assert rows == {"0": ["2026-11-24T12:34:00", "-"], "1": ["(none)", "-"],
+                    "2": ["row-17", "-"]}, rows
     # The storage format: the committed offset points just past the position's record, the
     # metadata holds a copy; never committed: no offset.
     stored = committed_positions(kip, group, 3)

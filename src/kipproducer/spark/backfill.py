@@ -99,7 +99,7 @@ def backfill(spark: Any, source: str, target: str, pattern: str, *,
             ending.setdefault(name, {})[str(p)] = max(start, end)
         if result.offsets:
             reader = (spark.read.format("kip").options(**{
-                f"kafka.{k}": str(v) for k, v in src_conf.items()})
+                f"kafka.{k}": str(v) for k, v in src_conf.items() if k != "logger"})
                 .option("assign", json.dumps({n: list(range(c)) for n, c in counts.items()}))
                 .option("startingOffsets", json.dumps(starting))
                 .option("endingOffsets", json.dumps(ending))
@@ -112,7 +112,8 @@ def backfill(spark: Any, source: str, target: str, pattern: str, *,
                 renamed = mapping[F.col("topic")]
             (reader.select("key", "value", "headers", "partition", "offset", "timestamp",
                            renamed.alias("topic"))
-             .write.format("kip").options(**{f"kafka.{k}": str(v) for k, v in dst_conf.items()})
+             .write.format("kip").options(**{f"kafka.{k}": str(v) for k, v in dst_conf.items()
+                                                if k != "logger"})
              .option("kip.mode", "offsets").mode("append").save())
         _trim(topics.target_admin, {(pairs[n].target, p): o for (n, p), o in src_starts.items()},
               dst_starts)

@@ -11,7 +11,10 @@ consumer sees those rows twice; a read_committed one sees every record exactly o
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+import tempfile
 import time
 from collections import Counter
 
@@ -50,6 +53,27 @@ def _read(bootstrap: str, topic: str, isolation: str) -> tuple[Counter, int]:
         consumer.close()
 
 
+@contextlib.contextmanager
+def _stderr_to(path: str):
+    """File descriptor 2 goes to ``path`` while the JVM starts: the JVM, and the Python
+    workers it starts, keep writing their logs (the planned failure's ERROR lines and stack
+    traces among them) there; this process's own stderr comes back afterwards."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def log_path() -> str:
+    return os.path.join(tempfile.gettempdir(), f"kip-demo-spark-{os.getpid()}.log")
+
+
 def run(bootstrap: str, topic: str) -> bool:
     """The step against the broker ``bootstrap``: ``topic`` -> ``topic + OUT_SUFFIX``.
     Prints what it did; True when read_committed sees every record exactly once."""
@@ -64,10 +88,14 @@ def run(bootstrap: str, topic: str) -> bool:
     admin.create_topics([NewTopic(out, 3, 1)])[out].result(30)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     t0 = time.perf_counter()
-    spark = session("local[2,4]", "kip-demo", {
-        "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
-        # small Arrow batches: the failing attempt's writer gets (and writes) a prefix
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "1000"})
+    logs = log_path()
+    print(f"   Spark's and Java's logs (the planned failure's stack traces too): {logs}",
+          flush=True)
+    with _stderr_to(logs):
+        spark = session("local[2,4]", "kip-demo", {
+            "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
+            # small Arrow batches: the failing attempt's writer gets (and writes) a prefix
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000"})
     started = time.perf_counter() - t0
     try:
         @F.udf("binary")
@@ -93,7 +121,8 @@ def run(bootstrap: str, topic: str) -> bool:
     everything, _ = _read(bootstrap, out, "read_uncommitted")
     once = committed == want
     print(f"   Spark started in {started:.1f} s (local[2,4]); the job ran in {took:.1f} s, one "
-          "task failed on purpose and was retried", flush=True)
+          "task failed on purpose, as planned, and was retried (its error is in that log)",
+          flush=True)
     print(f"   read_uncommitted sees {sum(everything.values()):,} records in {out!r} "
           f"({sum(everything.values()) - sum(want.values()):,} from the failed attempt, "
           "aborted);")

@@ -482,9 +482,30 @@ def _check_prefix(target: _Target, rows: _Rows, chosen: np.ndarray, first: int) 
                 "writer appended): nothing more is written")
 
 
+def _require_topic(props: Mapping[str, Any], topic: str) -> None:
+    """kip.mode=offsets: the target topic must exist before tasks start (an auto-created one
+    would have the broker's default partition count, and the first record's offset is
+    refused there as a leaderless partition deep in a task's trace)."""
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = props.get("bootstrap.servers")
+    try:
+        topics = AdminClient(connection(props)).list_topics(timeout=30).topics  # no auto-create
+    except Exception as exc:
+        raise OptionError(f"kip.mode=offsets: cannot list the topics of {bootstrap}: "
+                          f"{exc}") from None
+    if topic not in topics:
+        raise OptionError(
+            f"kip.mode=offsets: topic {topic!r} does not exist on {bootstrap}; create it with "
+            "the source's partition count first (kip mirror --engine spark and "
+            "kipproducer.spark.backfill create it)")
+
+
 class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: Mapping[str, str], columns: list[str]) -> None:
         self.wo = WriteOptions(options, columns)
+        if self.wo.mode == OFFSETS and self.wo.topic is not None:
+            _require_topic(self.wo.props, self.wo.topic)
         if self.wo.write_id is not None:
             ledger = self._ledger()
             ledger.state.ensure_topic()

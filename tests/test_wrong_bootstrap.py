@@ -1,0 +1,87 @@
+"""A wrong bootstrap address gives a few clear lines naming it, not a wall of librdkafka logs:
+librdkafka's log lines go through Python logging (``kipproducer.librdkafka``, repeats dropped),
+for the Producer's own handle and for the internal clients of kip mirror, kip groups and
+kip transactions."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+MAX_STDERR_LINES = 3
+
+
+@pytest.fixture
+def dead_address() -> str:
+    """127.0.0.1 and a port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+def run(args: list[str], timeout: float = 100) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def check_stderr(done: subprocess.CompletedProcess[str], address: str) -> None:
+    lines = done.stderr.strip().splitlines()
+    assert 1 <= len(lines) <= MAX_STDERR_LINES, done.stderr[-5000:]
+    assert any(address in line for line in lines), done.stderr[-5000:]
+
+
+PRODUCE = """
+import logging, sys
+from kipproducer import Producer
+{setup}
+p = Producer({{"bootstrap.servers": sys.argv[1]{extra}}})
+p.produce("orders", b"x")
+print("not delivered:", p.flush(4))
+"""
+
+
+def test_producer(dead_address: str) -> None:
+    done = run(["-c", PRODUCE.format(setup="", extra=""), dead_address])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "not delivered: 1"
+    check_stderr(done, dead_address)
+
+
+def test_producer_log_level_is_the_applications(dead_address: str) -> None:
+    quiet = 'logging.getLogger("kipproducer.librdkafka").setLevel(logging.CRITICAL)'
+    done = run(["-c", PRODUCE.format(setup=quiet, extra=""), dead_address])
+    assert done.returncode == 0 and done.stdout.strip() == "not delivered: 1", done.stderr
+    assert done.stderr == ""
+
+
+def test_producer_keeps_the_users_logger(dead_address: str) -> None:
+    setup = textwrap.dedent("""
+        seen = []
+        class Mine(logging.Logger):
+            def log(self, level, msg, *args, **kw):
+                seen.append(msg % args)
+        import atexit
+        atexit.register(lambda: print("mine:", len(seen) > 0))
+    """)
+    done = run(["-c", PRODUCE.format(setup=setup, extra=', "logger": Mine("mine")'),
+                dead_address])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["not", "delivered:", "1", "mine:", "True"], done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize("command", [
+    ["mirror", "--source", "{a}", "--target", "{a}", "--topics", "orders", "--once"],
+    ["groups", "--bootstrap-server", "{a}", "list"],
+    ["groups", "--bootstrap-server", "{a}", "describe", "db1"],
+    ["transactions", "--bootstrap-server", "{a}", "list"],
+], ids=lambda c: " ".join(c[:1] + c[3:4]))
+def test_kip_commands(command: list[str], dead_address: str) -> None:
+    done = run(["-m", "kipproducer", *(w.format(a=dead_address) for w in command)])
+    assert done.returncode != 0, done.stdout
+    check_stderr(done, dead_address)
