@@ -62,7 +62,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             return
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"\nFAILED {report.nodeid} ({report.when})", red=True)
+            nodeid = report.nodeid
+            if nodeid.rfind("@") > nodeid.rfind("]"):  # loadgroup's "@group" suffix
+                nodeid = nodeid[:nodeid.rfind("@")]
+            reporter.write_line(f"\nFAILED {nodeid} ({report.when})", red=True)
 
 
 _config: pytest.Config | None = None
