@@ -8,7 +8,12 @@ and dumps every thread's stack, so a hang fails that test by name and the run go
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
+
+from kipproducer.broker.embedded import EmbeddedBroker
 
 SPARK_TESTS = "tests/spark/"
 
@@ -74,3 +79,18 @@ _config: pytest.Config | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _config
     _config = config
+
+
+@pytest.fixture
+def embedded() -> Iterator[Any]:
+    """Factory: ``embedded(config)`` -> a started EmbeddedBroker, closed after the test."""
+    started: list[EmbeddedBroker] = []
+
+    def start(config: dict[str, Any] | None = None, **kw: Any) -> EmbeddedBroker:
+        broker = EmbeddedBroker(config=config, **kw)
+        started.append(broker)
+        return broker
+
+    yield start
+    for broker in started:
+        broker.close()

@@ -11,7 +11,6 @@ import gc
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from security_support import (
@@ -24,21 +23,6 @@ from security_support import (
 )
 
 from kipproducer.broker.embedded import EmbeddedBroker
-
-
-@pytest.fixture
-def embedded():
-    """Factory: ``embedded(config)`` -> a started EmbeddedBroker, closed after the test."""
-    started: list[EmbeddedBroker] = []
-
-    def start(config: dict[str, Any] | None = None, **kw: Any) -> EmbeddedBroker:
-        broker = EmbeddedBroker(config=config, **kw)
-        started.append(broker)
-        return broker
-
-    yield start
-    for broker in started:
-        broker.close()
 
 
 @pytest.fixture(scope="module")
