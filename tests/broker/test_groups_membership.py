@@ -192,9 +192,13 @@ def test_rebalance_timeout_removes_a_member_that_does_not_rejoin(tmp_path):
             await asyncio.sleep(0)
             while not rejoin.done():
                 error = await coordinator.heartbeat("g", other.generation_id, other.member_id, None)
+                if error == errors.UNKNOWN_MEMBER_ID:
+                    # the rebalance timed out while this heartbeat waited (a loaded machine):
+                    # the member is already gone, which is what the test is about
+                    break
                 assert error == errors.REBALANCE_IN_PROGRESS
                 await asyncio.sleep(0.05)
-            rejoined = rejoin.result()
+            rejoined = await asyncio.wait_for(rejoin, 5)
             assert loop.time() - started >= 0.25
             assert rejoined.generation_id == leader.generation_id + 1
             assert [m.member_id for m in rejoined.members] == [leader.member_id]

@@ -166,10 +166,6 @@ class GroupStore:
     def log_path(self) -> Path:
         return self._segment_path(self._segment)
 
-    @property
-    def log_bytes(self) -> int:
-        return self._log_bytes
-
     def knows_group(self, group_id: str) -> bool:
         """Whether anything durable exists for the group (so deleting it needs a tombstone)."""
         return group_id in self._state

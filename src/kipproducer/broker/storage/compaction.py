@@ -142,11 +142,6 @@ def scan_for_cleaning(
     return latest, frozenset(removable)
 
 
-def build_offset_map(segments: Sequence[LogSegment]) -> dict[bytes, int]:
-    """Key -> offset of the latest record with that key in ``segments`` (no transactions)."""
-    return scan_for_cleaning(segments, {}, -1)[0]
-
-
 def _retained(
     records: list[Record], rules: CleaningRules, stats: CompactionStats | None
 ) -> list[Record]:

@@ -58,13 +58,6 @@ class _SparseIndex:
         self._values = array(self._value_code)
         self._rewrite = True
 
-    def _truncate_entries(self, count: int) -> None:
-        if count < len(self._keys):
-            del self._keys[count:]
-            del self._values[count:]
-            if count < self._persisted:
-                self._rewrite = True
-
     def _read_entries(self) -> tuple[array, array] | None:
         """The file's entries, or None when it is missing or not a whole number of entries."""
         try:
@@ -138,10 +131,6 @@ class OffsetIndex(_SparseIndex):
             return None
         return self._keys[-1] + self.base_offset, self._values[-1]
 
-    def truncate_from_position(self, position: int) -> None:
-        """Drop the entries for batches at or after ``position`` (a truncated log tail)."""
-        self._truncate_entries(bisect_left(self._values, position))
-
     def load(self, segment_size: int) -> bool:
         """Read the file; False (and empty) when it is missing or inconsistent."""
         self.clear()
@@ -194,10 +183,6 @@ class TimeIndex(_SparseIndex):
         if not self._keys:
             return None
         return self._keys[-1], self._values[-1] + self.base_offset
-
-    def truncate_from_offset(self, offset: int) -> None:
-        """Drop the entries for offsets >= ``offset``."""
-        self._truncate_entries(bisect_left(self._values, offset - self.base_offset))
 
     def load(self, max_relative_offset: int) -> bool:
         self.clear()

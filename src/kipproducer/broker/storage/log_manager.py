@@ -497,10 +497,6 @@ class LogManager:
             self._last_checkpoint_ms = now_ms
         return report
 
-    def flush_all(self) -> None:
-        for _, partition_log in self.logs():
-            partition_log.flush()
-
     # -- shutdown -------------------------------------------------------------------------------
 
     def _check_open(self) -> None:

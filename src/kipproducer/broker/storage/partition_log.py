@@ -66,7 +66,6 @@ from kipproducer.records import (
 from ..producer_state import (
     CONTROL_TYPE_ABORT,
     CONTROL_TYPE_COMMIT,
-    CheckResult,
     CompletedTxn,
     Duplicate,
     ProducerStateError,
@@ -1232,11 +1231,6 @@ class PartitionLog:
         self._segments[index] = cleaned
 
     # -- producer state ------------------------------------------------------------------------
-
-    def check_producer(self, batch: Batch) -> CheckResult:
-        """The producer-state verdict for a batch, without appending (``append`` does it too)."""
-        with self._lock:
-            return self.producer_state.check_batch(batch)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Forget producers idle for ``expiration_ms`` (producer.id.expiration.ms)."""
