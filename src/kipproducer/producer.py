@@ -978,3 +978,33 @@ def _delivery_timeout_s(conf: dict) -> float:
         if name in conf:
             return int(conf[name]) / 1000
     return 300.0
+
+
+# ---- kip mirror's entry points (mirror/writers.py) -------------------------------------------
+# The mirror forwards fetched record batches through a target Producer's engine. These three
+# calls are the whole of what it uses, so the Producer's attributes stay its own.
+
+
+def forwards_fetched(producer: Producer) -> bool:
+    """Whether ``producer`` takes fetched batches as they are: its engine runs the writes (a
+    transactional configuration that keeps librdkafka's transactions does not)."""
+    return not producer._transactional
+
+
+def forward_fetched(producer: Producer, topic: str, partition: int, records: Any,
+                    **batch: Any) -> tuple[int, int]:
+    """Appends one fetched answer's records to ``producer`` (see Producer._forward_fetched for
+    the fields); returns (records queued, the last one's source offset or -1)."""
+    return producer._forward_fetched(topic, partition, records, **batch)
+
+
+def wait_for_producer_id(producer: Producer, timeout_s: float) -> bool:
+    """Starts ``producer``'s engine and waits up to ``timeout_s`` for its producer id: the first
+    answer from the target, which says whether runs of offsets may share a batch
+    (docs/protocol.md §9). Returns whether it came."""
+    engine = producer._engine_or_start()
+    deadline = time.monotonic() + timeout_s
+    while engine.acc.producer_id < 0 and time.monotonic() < deadline:
+        engine.check()
+        time.sleep(0.005)
+    return engine.acc.producer_id >= 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from confluent_kafka import (
@@ -29,11 +29,11 @@ from confluent_kafka import (
 
 from ..clients import OUT_OF_RANGE
 from ..engine.group_metadata import GroupMetadata
-from ..producer import Producer
-from .topics import CLIENT_ERRORS, MirrorError, TopicPair, error_text, kafka_error_of
+from ..producer import Producer, forward_fetched, forwards_fetched, wait_for_producer_id
+from .metrics import Metrics
+from .topics import CLIENT_ERRORS, MirrorError, TopicMap, TopicPair, error_text, kafka_error_of
 
 if TYPE_CHECKING:
-    from .core import Mirror
     from .fetcher import Fetched
 
 log = logging.getLogger("kipproducer.mirror")
@@ -66,8 +66,32 @@ def _content(msg: Any) -> tuple:
     return (msg.key(), msg.value(), tuple(msg.headers() or ()), msg.timestamp()[1])
 
 
+class MirrorView(Protocol):
+    """What a writer reads of the mirror that runs it (mirror/core.py's Mirror is one): its
+    settings, its progress and two questions it answers. Writers import nothing of the core,
+    so the dependency runs one way: core -> writers."""
+
+    group: str | None
+    transactional_id: str | None
+    timeout: float
+    source_config: dict[str, Any]
+    target_config: dict[str, Any]
+    commit_interval_s: float
+    group_sync_interval_s: float
+    metrics: Metrics
+    topics: TopicMap
+    consumer: Consumer | None
+    assigned: dict[tuple[str, int], TopicPair]
+
+    def watermarks(self, side: str, topic: str, partition: int) -> tuple[int, int]: ...
+
+    def record_at(self, side: str, topic: str, partition: int, offset: int) -> Any: ...
+
+    def seek(self, key: tuple[str, int], offset: int) -> None: ...
+
+
 class Writer:
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: MirrorView) -> None:
         self.mirror = mirror
         self.metrics = mirror.metrics
         self._marks_read = 0.0  # when _high_watermarks() last looked
@@ -84,22 +108,20 @@ class Writer:
     def can_forward(self) -> bool:
         """Whether the target producer takes fetched batches (its engine runs the writes;
         a transactional producer whose config keeps librdkafka's transactions does not)."""
-        return not getattr(self.producer, "_transactional", False)
+        return forwards_fetched(self.producer)
 
     def _forward_batches(self, pair: TopicPair, fetched: Fetched, *, with_offsets: bool,
                          on_delivery: Any) -> tuple[int, int, int, int]:
         """The fetched batches to the target producer, records as bytes (the fast path);
         returns (records, bytes, last record's source offset, last timestamp)."""
-        forward = self.producer._forward_fetched
         records = size = 0
         last_offset = last_ts = -1
         for b in fetched.batches:
-            queued, last = forward(pair.target, fetched.partition, b.records, framed=b.framed,
-                                   count=b.count, base_offset=b.base_offset,
-                                   base_timestamp=b.base_timestamp,
-                                   max_timestamp=b.max_timestamp,
-                                   log_append_time=b.log_append_time, with_offsets=with_offsets,
-                                   min_offset=b.min_offset, on_delivery=on_delivery)
+            queued, last = forward_fetched(
+                self.producer, pair.target, fetched.partition, b.records, framed=b.framed,
+                count=b.count, base_offset=b.base_offset, base_timestamp=b.base_timestamp,
+                max_timestamp=b.max_timestamp, log_append_time=b.log_append_time,
+                with_offsets=with_offsets, min_offset=b.min_offset, on_delivery=on_delivery)
             if queued:
                 records += queued
                 size += len(b.records)
@@ -137,7 +159,7 @@ class Writer:
 
 
 class PreserveWriter(Writer):
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: MirrorView) -> None:
         super().__init__(mirror)
         self.producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 5,
                                   **mirror.target_config})
@@ -156,11 +178,7 @@ class PreserveWriter(Writer):
         """Wait for the engine's first answer from the target (its producer id): that answer
         says whether runs of offsets may be packed into one batch (docs/protocol.md §9), and the
         first fetched answer appended before it would go out as a batch per run."""
-        engine = self.producer._engine_or_start()
-        deadline = time.monotonic() + self.mirror.timeout
-        while engine.acc.producer_id < 0 and time.monotonic() < deadline:
-            engine.check()
-            time.sleep(0.005)
+        wait_for_producer_id(self.producer, self.mirror.timeout)
 
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
         """The target's log end: every offset below it is there (KIP-391 writes in order)."""
@@ -382,7 +400,7 @@ class PreserveWriter(Writer):
 
 
 class TransactionalWriter(Writer):
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: MirrorView) -> None:
         super().__init__(mirror)
         self.group = mirror.group
         self.producer = Producer({"linger.ms": 5, **mirror.target_config,
