@@ -22,7 +22,8 @@ from kipproducer.protocol import error_codes as ec
 from kipproducer.sasl import plain_token
 from kipproducer.sasl.scram import HASHES, ScramClient
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+from .protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
 _SIZE = struct.Struct(">i")
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from .blocking_client import BlockingClient, RequestFailed, add_connection_arguments, run_tool
 from .protocol import error_codes as ec
+from .protocol.api_keys import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
-DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
 RESOURCE_BROKER = 4
 OP_SET, OP_DELETE = 0, 1
 SOURCES = {1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",

@@ -28,8 +28,13 @@ from .blocking_client import (
 )
 from .producer_group import DELETED, POSITIONS_TOPIC_PREFIX
 from .protocol import error_codes as ec
-
-METADATA, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 3, 9, 10, 15, 16
+from .protocol.api_keys import (
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    LIST_GROUPS,
+    METADATA,
+    OFFSET_FETCH,
+)
 
 
 class GroupsClient(BlockingClient):

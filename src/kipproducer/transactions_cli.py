@@ -32,9 +32,14 @@ from .blocking_client import (
     run_tool,
 )
 from .protocol import error_codes as ec
+from .protocol.api_keys import (
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_TRANSACTIONS,
+    LIST_TRANSACTIONS,
+    METADATA,
+    WRITE_TXN_MARKERS,
+)
 
-METADATA, WRITE_TXN_MARKERS, DESCRIBE_PRODUCERS = 3, 27, 61
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 #: kafka-transactions.sh find-hanging's default: transaction.max.timeout.ms of 15 minutes.
 DEFAULT_MAX_TRANSACTION_TIMEOUT_MIN = 15
 

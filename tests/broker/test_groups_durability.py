@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from kipproducer.broker.groups import errors, offset_store
+from kipproducer.broker.groups import offset_store
 from kipproducer.broker.groups.offset_store import (
     SNAPSHOT_NAME,
     GroupStore,
@@ -16,6 +16,7 @@ from kipproducer.broker.groups.offset_store import (
     decode_record,
     encode_record,
 )
+from kipproducer.protocol import error_codes as errors
 
 if __package__:
     from .test_groups_support import join, join_new, make_coordinator, run, sync, sync_all
@@ -300,9 +301,3 @@ def test_unreadable_snapshot_is_an_error_not_a_silent_reset(tmp_path):
     (tmp_path / SNAPSHOT_NAME).write_text('{"format": 99, "segment": 0, "groups": []}')
     with pytest.raises(GroupStoreError):
         GroupStore(tmp_path).open()
-
-
-def test_error_codes_match_kafka():
-    kio_errors = pytest.importorskip("kio.schema.errors")
-    for code, name in errors.ERROR_NAMES.items():
-        assert kio_errors.ErrorCode[name.lower()].value == code, name

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from kipproducer.broker.groups import errors
 from kipproducer.broker.groups.subscriptions import subscription_topics
+from kipproducer.protocol import error_codes as errors
 
 if __package__:
     from .test_groups_support import join_new, make_coordinator, run, sync

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kipproducer.broker.groups import NO_COMMITTED_OFFSET, OffsetAndMetadata, errors
+from kipproducer.broker.groups import NO_COMMITTED_OFFSET, OffsetAndMetadata
+from kipproducer.protocol import error_codes as errors
 
 if __package__:
     from .test_groups_support import join, join_new, make_coordinator, run, sync, sync_all

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kipproducer.broker.groups import errors
+from kipproducer.protocol import error_codes as errors
 
 if __package__:
     from .test_groups_support import join, join_new, make_coordinator, run, sync, sync_all

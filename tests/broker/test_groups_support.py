@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kipproducer.broker.groups import GroupCoordinator, JoinResult, SyncResult, errors
+from kipproducer.broker.groups import GroupCoordinator, JoinResult, SyncResult
+from kipproducer.protocol import error_codes as errors
 
 # Short timings so the suite runs in seconds; the coordinator allows them via its bounds.
 SESSION_MS = 400

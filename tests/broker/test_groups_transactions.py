@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-from kipproducer.broker.groups import GroupCoordinatorNotActive, errors, offset_store
+from kipproducer.broker.groups import GroupCoordinatorNotActive, offset_store
 from kipproducer.broker.groups.offset_store import SNAPSHOT_NAME, decode_record, encode_record
+from kipproducer.protocol import error_codes as errors
 
 if __package__:
     from .test_groups_support import join, join_new, make_coordinator, run, sync, sync_all

@@ -43,6 +43,12 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from kipproducer.errors import KipError
+from kipproducer.protocol.error_codes import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_RECORD,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    TRANSACTION_COORDINATOR_FENCED,
+)
 from kipproducer.records import MAX_SEQUENCE, Batch, next_sequence
 
 from .storage.durable_files import read_json, write_json_atomically
@@ -53,13 +59,6 @@ NO_PRODUCER_EPOCH: Final = -1
 NO_SEQUENCE: Final = -1
 #: Kafka's producer.id.expiration.ms default: a producer idle this long is forgotten.
 DEFAULT_PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
-
-# Kafka error codes (kipproducer.protocol.error_codes has them too, but importing it loads
-# every message schema; tests check that the numbers agree).
-OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
-INVALID_PRODUCER_EPOCH: Final = 47
-TRANSACTION_COORDINATOR_FENCED: Final = 52
-INVALID_RECORD: Final = 87
 
 SNAPSHOT_VERSION: Final = 1
 

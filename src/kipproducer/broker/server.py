@@ -34,6 +34,7 @@ from kipproducer.protocol import (
     parse_request_header,
 )
 from kipproducer.protocol import error_codes as ec
+from kipproducer.protocol.api_keys import API_VERSIONS
 from kipproducer.protocol.produce_codec import (
     EncodedAnswer,
     decode_produce_request_body,
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kipproducer.broker")
 
-API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
 
 
@@ -414,7 +414,7 @@ class Connection:
                 body = decode_body(header, frame, offset)
             except ProtocolError as exc:
                 header = exc.header
-                if header is not None and header.api_key == API_VERSIONS_KEY:
+                if header is not None and header.api_key == API_VERSIONS:
                     await self.send(header.correlation_id, unsupported_api_versions())
                     continue
                 log.warning(
@@ -426,7 +426,7 @@ class Connection:
                 raise ConnectionClosed from None
             spec = API_TABLE.get(header.api_key)
             if spec is None or not spec.min_version <= header.api_version <= spec.max_version:
-                if header.api_key == API_VERSIONS_KEY:
+                if header.api_key == API_VERSIONS:
                     await self.send(header.correlation_id, unsupported_api_versions())
                     continue
                 log.warning(
@@ -529,5 +529,5 @@ def api_versions_table() -> list[dict]:
 def unsupported_api_versions():
     """KIP-511: an ApiVersions request at an unknown version gets a v0 answer with the table."""
     return build_response(
-        API_VERSIONS_KEY, 0, error_code=ec.UNSUPPORTED_VERSION, api_keys=api_versions_table()
+        API_VERSIONS, 0, error_code=ec.UNSUPPORTED_VERSION, api_keys=api_versions_table()
     )

@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from kipproducer.protocol import build_request
 from kipproducer.protocol import error_codes as ec
 
+from ..protocol.api_keys import METADATA
 from .config import SaslSettings
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
 from .tls import TlsSettings
 
 log = logging.getLogger("kipproducer.engine")
 
-METADATA = 3
 
 
 @dataclass

@@ -55,13 +55,13 @@ from kipproducer.sasl.errors import AuthenticationFailed
 from kipproducer.sasl.oauthbearer import OAUTHBEARER, client_message
 from kipproducer.sasl.scram import ScramClient
 
+from ..protocol.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .config import SaslSettings
 from .oauth import TokenError
 from .tls import TlsSettings, describe_handshake_error
 
 log = logging.getLogger("kipproducer.engine")
 
-SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 UNSUPPORTED_SASL_MECHANISM = ec.error_code("UNSUPPORTED_SASL_MECHANISM")
 ILLEGAL_SASL_STATE = ec.error_code("ILLEGAL_SASL_STATE")
 

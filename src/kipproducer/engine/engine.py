@@ -55,6 +55,7 @@ from kipproducer.protocol.wire_extensions import (
     ProduceMode,
 )
 
+from ..protocol.api_keys import INIT_PRODUCER_ID, PRODUCE
 from .cluster import Cluster
 from .config import EngineConfig
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kipproducer.engine")
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
 PRODUCE_MAX_VERSION = 10
 # ProduceMode rides on a tagged field: flexible Produce versions only (docs/protocol.md §2).
 PRODUCE_MIN_VERSION = {ProduceMode.ASSIGN: 3, ProduceMode.USE_OFFSETS: 9,

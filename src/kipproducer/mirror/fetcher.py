@@ -41,12 +41,12 @@ from ..engine.connection import BrokerConnection, BrokerConnectionError
 from ..engine.tls import TlsSettings
 from ..protocol import build_request
 from ..protocol import error_codes as ec
+from ..protocol.api_keys import FETCH, LIST_OFFSETS
 from .batches import SourceBatch, SourceBatchError, walk
 from .topics import MirrorError
 
 log = logging.getLogger("kipproducer.mirror")
 
-FETCH, LIST_OFFSETS = 1, 2
 FETCH_VERSIONS = (4, 12)  # 4: v2 batches and isolation; 12: the last one with topic names
 EARLIEST = -2
 MAX_WAIT_MS = 100

@@ -17,10 +17,11 @@ import struct
 from typing import Any, Final, NamedTuple
 
 from . import wire
+from .api_keys import API_VERSIONS, PRODUCE
 from .decoder import decoder_for
 from .encoder import assemble_parts, encode_into
 from .errors import ProtocolError
-from .schemas import API_VERSIONS, PRODUCE, request_class, request_header_version, response_class
+from .schemas import request_class, request_header_version, response_class
 
 DEFAULT_MAX_FRAME_BYTES: Final = 104_857_600
 """Kafka's ``socket.request.max.bytes`` default."""

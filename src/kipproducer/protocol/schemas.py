@@ -7,17 +7,14 @@ with the kipproducer wire fields are returned instead (see wire_extensions).
 from __future__ import annotations
 
 from functools import cache
-from typing import Final
 
 import kio.index
 from kio.schema.index import api_key_map, schema_name_map
 from kio.static.constants import EntityType
 
+from .api_keys import PRODUCE
 from .errors import ProtocolError
 from .wire_extensions import PRODUCE_REQUEST_CLASSES, PRODUCE_RESPONSE_CLASSES
-
-PRODUCE: Final = 0
-API_VERSIONS: Final = 18
 
 
 def api_name(api_key: int) -> str:

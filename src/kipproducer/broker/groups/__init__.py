@@ -3,10 +3,11 @@
 ``GroupCoordinator`` implements JoinGroup / SyncGroup / Heartbeat / LeaveGroup / OffsetCommit /
 TxnOffsetCommit / OffsetFetch / ListGroups / DescribeGroups / DeleteGroups over plain Python
 values (and ``complete_transaction`` for the transaction coordinator); the broker's
-request handlers translate requests and responses. Error codes are the ints in ``errors``.
+request handlers translate requests and responses. Error codes are the protocol layer's
+(``kipproducer.protocol.error_codes``).
 """
 
-from . import errors
+
 from .coordinator import GroupCoordinator, GroupCoordinatorNotActive
 from .group import GroupState
 from .results import (
@@ -36,5 +37,4 @@ __all__ = [
     "MemberLeaveResult",
     "OffsetAndMetadata",
     "SyncResult",
-    "errors",
 ]

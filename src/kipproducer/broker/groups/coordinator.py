@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from . import errors
+from kipproducer.protocol import error_codes as errors
+
 from .group import ClassicGroup, GroupState
 from .join import JoinHandler
 from .member import JoinRequest

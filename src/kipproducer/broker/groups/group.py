@@ -17,7 +17,8 @@ import enum
 from collections import Counter
 from collections.abc import Iterable
 
-from . import errors
+from kipproducer.protocol import error_codes as errors
+
 from .member import GroupMember, Protocols
 from .results import JoinedMember, TopicPartition
 from .stored import CommittedOffset, PendingTxnOffsets, StoredGroupMetadata, StoredMember

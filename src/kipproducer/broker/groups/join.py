@@ -12,7 +12,8 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from . import errors
+from kipproducer.protocol import error_codes as errors
+
 from .group import ClassicGroup, GroupState
 from .member import GroupMember, JoinRequest
 from .rebalance import RebalanceEngine

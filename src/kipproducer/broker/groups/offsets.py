@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from . import errors
+from kipproducer.protocol import error_codes as errors
+
 from .group import ClassicGroup, GroupState
 from .results import TopicPartition
 from .txn_offsets import pending_partitions

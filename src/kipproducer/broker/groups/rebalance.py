@@ -22,7 +22,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from . import errors
+from kipproducer.protocol import error_codes as errors
+
 from .group import ClassicGroup, GroupState
 from .member import GroupMember, JoinRequest
 from .offset_store import GroupStore

@@ -13,6 +13,15 @@ import logging
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import (
+    ALTER_CONFIGS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+)
 from ..api import RequestContext, handles
 from ..broker_config_defs import BrokerEntry, describe_broker, describe_default
 from ..dynamic_config import DynamicConfigError, validate
@@ -38,8 +47,6 @@ from .common import INVALID_CONFIG, logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
 
-CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
-DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
 
 RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3

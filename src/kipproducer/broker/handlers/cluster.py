@@ -13,6 +13,7 @@ from kipproducer.protocol.wire_extensions import (
     FEATURE_PRODUCE_OFFSETS,
 )
 
+from ...protocol.api_keys import API_VERSIONS, DESCRIBE_CLUSTER, METADATA
 from ..api import RequestContext, handles
 from ..security.authorized_ops import cluster_operations, topic_operations
 from ..security.checks import may_create_topic, may_describe_topic
@@ -29,7 +30,6 @@ from .common import LEADER_EPOCH, logs_of
 
 log = logging.getLogger("kipproducer.broker")
 
-API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
 
 
 @handles(API_VERSIONS, 0, 4)

@@ -15,12 +15,12 @@ from __future__ import annotations
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import DESCRIBE_TOPIC_PARTITIONS
 from ..api import RequestContext, handles
 from ..security.authorized_ops import topic_operations
 from ..security.checks import may_describe_topic
 from .common import LEADER_EPOCH, logs_of
 
-DESCRIBE_TOPIC_PARTITIONS = 75
 #: Kafka's max.request.partition.size.limit default.
 PARTITION_LIMIT = 2000
 

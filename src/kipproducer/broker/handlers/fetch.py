@@ -21,12 +21,11 @@ import time
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from ..api import RequestContext, handles
 from ..security.checks import may_describe_topic, may_read_topic
 from ..storage.errors import OffsetOutOfRangeError, UnknownTopicError
 from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of, partition_log
-
-FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 1, 2, 23
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1

@@ -11,6 +11,19 @@ from __future__ import annotations
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
+)
 from ..api import RequestContext, handles
 from ..security.authorized_ops import group_operations
 from ..security.checks import (
@@ -24,10 +37,6 @@ from ..security.checks import (
     may_write_transactional_id,
 )
 from .common import logs_of
-
-FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
-LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
-TXN_OFFSET_COMMIT = 28
 
 KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1
 NO_TRANSACTIONS = "the transaction coordinator is not running"

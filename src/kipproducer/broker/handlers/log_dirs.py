@@ -16,11 +16,11 @@ from pathlib import Path
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS
 from ..api import RequestContext, handles
 from ..security.checks import may_alter_cluster, may_describe_cluster
 from .common import logs_of
 
-ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS = 34, 35
 LOG_DIR_NOT_FOUND = ec.error_code("LOG_DIR_NOT_FOUND")
 
 

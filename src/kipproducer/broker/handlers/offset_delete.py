@@ -12,11 +12,10 @@ from __future__ import annotations
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import OFFSET_DELETE
 from ..api import RequestContext, handles
 from ..security.checks import may_delete_group, may_read_topic
 from .common import logs_of
-
-OFFSET_DELETE = 47
 
 
 def _answer(ctx: RequestContext, code: int, partitions: dict[tuple[str, int], int] | None = None):

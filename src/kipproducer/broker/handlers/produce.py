@@ -41,6 +41,7 @@ from kipproducer.records import (
     validate_batch,
 )
 
+from ...protocol.api_keys import DESCRIBE_PRODUCERS, PRODUCE
 from ..api import RequestContext, handles
 from ..decompression_guard import validate_bounded, without_records
 from ..produce_unit import BatchUnit
@@ -58,7 +59,6 @@ from .common import logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
 
-PRODUCE, DESCRIBE_PRODUCERS = 0, 61
 #: The first Produce version that is told TRANSACTION_ABORTABLE (KIP-890) for a partition not
 #: in the transaction; older ones get INVALID_TXN_STATE.
 FIRST_ABORTABLE_PRODUCE_VERSION = 11

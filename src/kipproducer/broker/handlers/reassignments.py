@@ -12,11 +12,15 @@ from __future__ import annotations
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    ELECT_LEADERS,
+    LIST_PARTITION_REASSIGNMENTS,
+)
 from ..api import RequestContext, handles
 from ..security.checks import may_alter_cluster, may_describe_cluster
 from .common import logs_of
 
-ELECT_LEADERS, ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS = 43, 45, 46
 ELECTION_NOT_NEEDED = ec.error_code("ELECTION_NOT_NEEDED")
 NO_REASSIGNMENT_IN_PROGRESS = ec.error_code("NO_REASSIGNMENT_IN_PROGRESS")
 INVALID_REPLICA_ASSIGNMENT = ec.error_code("INVALID_REPLICA_ASSIGNMENT")

@@ -22,6 +22,15 @@ from kipproducer.sasl.scram import (
     credential_from_salted_password,
 )
 
+from ...protocol.api_keys import (
+    ALTER_USER_SCRAM_CREDENTIALS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+)
 from ..api import RequestContext, handles
 from ..security import checks
 from ..security.acls import (
@@ -37,9 +46,6 @@ from ..security.users import validate_user_name
 
 log = logging.getLogger("kipproducer.broker")
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
-DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 
 SECURITY_DISABLED = ec.error_code("SECURITY_DISABLED")
 RESOURCE_NOT_FOUND = ec.error_code("RESOURCE_NOT_FOUND")

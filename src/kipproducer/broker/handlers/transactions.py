@@ -18,6 +18,14 @@ from __future__ import annotations
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    INIT_PRODUCER_ID,
+    LIST_TRANSACTIONS,
+)
 from ..api import RequestContext, handles
 from ..security.acls import AclOperation
 from ..security.checks import (
@@ -31,13 +39,6 @@ from ..security.checks import (
 )
 from ..transactions import TransactionCoordinator
 from .common import logs_of
-
-INIT_PRODUCER_ID = 22
-ADD_PARTITIONS_TO_TXN = 24
-ADD_OFFSETS_TO_TXN = 25
-END_TXN = 26
-DESCRIBE_TRANSACTIONS = 65
-LIST_TRANSACTIONS = 66
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

@@ -18,6 +18,7 @@ import logging
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import WRITE_TXN_MARKERS
 from ..api import RequestContext, handles
 from ..producer_state import ProducerStateError
 from ..security.acls import AclOperation
@@ -27,7 +28,6 @@ from .common import logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
 
-WRITE_TXN_MARKERS = 27
 
 
 def _write_one(ctx: RequestContext, marker, topic: str, index: int) -> int:

@@ -11,11 +11,11 @@ from typing import Any
 from kipproducer.blocking_client import BlockingClient, RequestFailed, read_client_properties
 from kipproducer.protocol import error_codes as ec
 
+from ...protocol.api_keys import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 from .acls import AclBinding, AclFilter, AclOperation, AclPermission, PatternType, ResourceType
 
 __all__ = ["RequestFailed", "SecurityClient", "read_client_properties"]
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 
 
 class SecurityClient(BlockingClient):

@@ -33,6 +33,7 @@ from kipproducer.protocol import error_codes as ec
 from kipproducer.sasl.oauthbearer import OAUTHBEARER, parse_client_message, validate_unsecured
 from kipproducer.sasl.scram import HASHES, ScramServer
 
+from ...protocol.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .errors import AuthenticationFailed, MalformedToken
 from .users import UserStore
 
@@ -42,7 +43,6 @@ PLAIN = "PLAIN"
 SUPPORTED_MECHANISMS = (PLAIN, *HASHES, OAUTHBEARER)
 ANONYMOUS = "User:ANONYMOUS"
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 SASL_AUTHENTICATION_FAILED = ec.error_code("SASL_AUTHENTICATION_FAILED")
 UNSUPPORTED_SASL_MECHANISM = ec.error_code("UNSUPPORTED_SASL_MECHANISM")
 ILLEGAL_SASL_STATE = ec.error_code("ILLEGAL_SASL_STATE")

@@ -7,19 +7,18 @@ handlers can map an exception to a response without a lookup table of their own.
 from __future__ import annotations
 
 from kipproducer.errors import KipError
-
-# Kafka error codes used here. Spelled out rather than imported from the protocol package,
-# whose import pulls in every message schema; tests check them against that package.
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-INVALID_TOPIC_EXCEPTION = 17
-TOPIC_ALREADY_EXISTS = 36
-INVALID_PARTITIONS = 37
-INVALID_CONFIG = 40
-INVALID_REQUEST = 42
-KAFKA_STORAGE_ERROR = 56
-OFFSET_MISMATCH = 10027
-INVALID_PRODUCE_OFFSET = 10391
+from kipproducer.protocol.error_codes import (
+    INVALID_CONFIG,
+    INVALID_PARTITIONS,
+    INVALID_PRODUCE_OFFSET,
+    INVALID_REQUEST,
+    INVALID_TOPIC_EXCEPTION,
+    KAFKA_STORAGE_ERROR,
+    OFFSET_MISMATCH,
+    OFFSET_OUT_OF_RANGE,
+    TOPIC_ALREADY_EXISTS,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 
 
 class StorageError(KipError):
