@@ -36,7 +36,7 @@ def uncommitted(bootstrap: str, topic: str, partitions: int = 1):
 
 
 def is_filler(rec) -> bool:
-    return rec.value is None and rec.key is None and rec.headers == ((FILLER_HEADER, b""),)
+    return rec.value is None and rec.key == b"" and rec.headers == ((FILLER_HEADER, b""),)
 
 
 def now_ms() -> int:

@@ -17,6 +17,7 @@ import textwrap
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from emulated_support import (
     STANDIN_CONFIG,
     committed,
@@ -109,6 +110,22 @@ def test_offsets_with_gaps_of_one_two_and_many(stock, how):
     check_topic(stock, topic, OFFSETS, stamp)
 
 
+def test_compacted_topic_takes_the_fillers(stock):
+    topic = unique("em-compact")
+    admin = AdminClient({"bootstrap.servers": stock})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[
+        topic].result(20)
+    stamp = now_ms() - 1000
+    offsets = [0, 1, 5, 7, 8]
+    with emulated_producer(stock, unique("w")) as p:
+        assert p.append(topic, [b"v%d" % o for o in offsets],
+                        keys=[b"k%d" % o for o in offsets],
+                        headers=[[("h", b"%d" % o)] for o in offsets],
+                        timestamps=np.array([stamp + o for o in offsets], np.int64),
+                        partition=0, offsets=np.array(offsets, np.int64)) == 0
+    check_topic(stock, topic, offsets, stamp)
+
+
 def test_below_log_end_refused_and_writing_continues(stock):
     topic = new_topic(stock, "em-below")
     stamp = now_ms() - 1000
@@ -176,7 +193,7 @@ _DYING_WRITER = textwrap.dedent("""
     p.init_transactions(20)
     p.begin_transaction()
     for _ in range(4):
-        p.produce(topic, None, partition=0, headers=[("kip.filler", b"")])
+        p.produce(topic, None, b"", partition=0, headers=[("kip.filler", b"")])
     p.flush(20)
     print("open", flush=True)
     sys.stdin.read()  # hold the transaction open until killed

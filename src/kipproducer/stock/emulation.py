@@ -251,7 +251,8 @@ class Emulation:
                 log_end_offset=action.start)
         if action.step == Step.FILL:
             sink = Sink(None, False, topic, partition)
-            fillers = [Rec(-1, None, None, [(FILLER_HEADER, b"")], None, sink)
+            # an empty key, not none: a compacted topic takes no record without a key
+            fillers = [Rec(-1, b"", None, [(FILLER_HEADER, b"")], None, sink)
                        for _ in range(action.count)]
             return self._transaction(key, action, fillers, commit=False)
         run = recs[action.first:action.first + action.count]

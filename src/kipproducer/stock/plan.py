@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 FILLER_HEADER = "kip.filler"
-"""The header every filler record carries (its value is empty; the record's value is null)."""
+"""The header every filler record carries (its value is empty; the record's key is empty, its
+value null)."""
 
 
 class Step(Enum):
