@@ -248,8 +248,8 @@ class Producer(confluent_kafka.Producer):
                 for m in messages:
                     m["_error"] = refused
                 return 0
-        if self._kip_mode != "native" and _stock.has_kip_keys(messages) \
-                and self.kip_mode(topic) == "emulated":
+        if self._kip_mode != "native" and self._kip_topic_modes.get(topic) != "native" \
+                and _stock.has_kip_keys(messages) and self.kip_mode(topic) == "emulated":
             return _stock.produce_batch(self, topic, messages, partition,
                                         on_delivery or self._default_on_delivery)
         from ._accumulator import message_keys, scan_messages

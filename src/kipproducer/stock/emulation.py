@@ -15,7 +15,6 @@ reports are queued and handed to the callbacks from poll() / flush(), as librdka
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -353,21 +352,23 @@ class Emulation:
     def _write(self, producer: Producer, topic: str, partition: int,
                recs: list[Rec]) -> list:
         """Produce ``recs`` in order and wait for every acknowledgement: [(err, Message)]."""
-        results: list = [None] * len(recs)
+        # One partition, an idempotent producer: reports come in produce order.
+        results: list = []
+        landed = results.append
+        produce = producer.produce
 
-        def landed(index: int, err, msg) -> None:
-            results[index] = (err, msg)
+        def report(err, msg) -> None:
+            landed((err, msg))
 
-        for i, rec in enumerate(recs):
-            kwargs: dict[str, Any] = {"partition": partition,
-                                      "on_delivery": functools.partial(landed, i)}
+        for rec in recs:
+            kwargs: dict[str, Any] = {"partition": partition, "on_delivery": report}
             if rec.headers:
                 kwargs["headers"] = rec.headers
             if rec.timestamp:
                 kwargs["timestamp"] = rec.timestamp
             while True:
                 try:
-                    producer.produce(topic, rec.value, rec.key, **kwargs)
+                    produce(topic, rec.value, rec.key, **kwargs)
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -375,7 +376,8 @@ class Emulation:
         if left:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"{left} records not acknowledged in time"))
-        return results
+        results.sort(key=lambda outcome: outcome[1].offset() if outcome[0] is None else -1)
+        return results + [None] * (len(recs) - len(results))
 
     def _deliver(self, recs: list[Rec], results: list) -> None:
         self._report(recs, [(err, msg) for err, msg in results])
