@@ -33,8 +33,42 @@ def emulation_of(producer: Any) -> Emulation:
         producer._emulation = Emulation(
             conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
             probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
-            timeout_s=min(MAX_WAIT_S, timeout / 1000))
+            timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk=_bulk_writer(producer))
     return producer._emulation
+
+
+def _bulk_writer(producer: Any) -> Callable:
+    """Write a run of records at the log end through the Producer's engine lane and wait for
+    its reports; the first offset written (KafkaException on a failure)."""
+    import numpy as np
+
+    def write(topic: str, partition: int, recs: list[Rec]) -> int:
+        n = len(recs)
+        values = [r.value for r in recs]
+        keys = [r.key for r in recs]
+        headers = [r.headers for r in recs]
+        stamps = [r.timestamp for r in recs]
+        outcome: list = []
+        producer.produce_arrays(
+            topic, values, keys=keys if any(k is not None for k in keys) else None,
+            headers=[h if h is None or isinstance(h, (list, dict)) else list(h)
+                     for h in headers] if any(headers) else None,
+            timestamps=np.array([t or 0 for t in stamps], np.int64) if any(stamps) else None,
+            partition=partition, per_record=False,
+            on_delivery=lambda err, report: outcome.append((err, report)))
+        engine = producer._engine
+        engine.begin_flush()
+        try:
+            while sum(r.count for _, r in outcome) < n:
+                producer._serve_engine(0.01)
+        finally:
+            engine.end_flush()
+        for err, _ in outcome:
+            if err is not None:
+                raise KafkaException(err)
+        return min(r.offset() for _, r in outcome)
+
+    return write
 
 
 def resolve_mode(producer: Any, topic: str) -> str:
