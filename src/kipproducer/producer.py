@@ -249,7 +249,7 @@ class Producer(confluent_kafka.Producer):
                     m["_error"] = refused
                 return 0
         if self._kip_mode != "native" and self._kip_topic_modes.get(topic) != "native" \
-                and _stock.has_kip_keys(messages) and self.kip_mode(topic) == "emulated":
+                and _stock.has_kip_keys(messages) and self._kip_topic_mode(topic) == "emulated":
             return _stock.produce_batch(self, topic, messages, partition,
                                         on_delivery or self._default_on_delivery)
         from ._accumulator import message_keys, scan_messages
@@ -300,7 +300,7 @@ class Producer(confluent_kafka.Producer):
 
         self._check_kip_call(offsets, expected_offset, partition)
         if (offsets is not None or expected_offset is not None) and self._kip_mode != "native" \
-                and self.kip_mode(topic) == "emulated":
+                and self._kip_topic_mode(topic) == "emulated":
             return _stock.produce_arrays(
                 self, topic, values, keys, headers, timestamps, partition,
                 on_delivery or self._default_on_delivery,
@@ -474,7 +474,7 @@ class Producer(confluent_kafka.Producer):
             partition = -1
         if offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
-            if self._kip_mode != "native" and self.kip_mode(topic) == "emulated":
+            if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
                 return _stock.produce_one(self, topic, partition, key, value, get("headers"),
                                           get("timestamp"), offset, expected,
                                           get("on_delivery") or get("callback")
@@ -664,6 +664,13 @@ class Producer(confluent_kafka.Producer):
         ``topic`` under ``kip.mode`` (docs/stock-clusters.md). Emulated mode is checked with
         the capability probe first; a cluster where neither works raises ``KafkaException``
         naming what is missing."""
+        mode = self._kip_topic_mode(topic)
+        if mode == "unsupported":
+            raise _stock.unsupported_error(self, topic)
+        return mode
+
+    def _kip_topic_mode(self, topic: str) -> str:
+        """kip_mode() without raising: ``unsupported`` takes the native path (refused there)."""
         mode = self._kip_topic_modes.get(topic)
         if mode is None:
             mode = self._kip_topic_modes[topic] = _stock.resolve_mode(self, topic)

@@ -4,6 +4,7 @@ KIP call meets a topic in emulated mode, so the Producer itself changes only by 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PROD
 from .emulation import Emulation, Rec, Sink
 from .probe import EmulationUnsupported
 
-_KIP_KEYS = ("offset", "expected_offset")
+log = logging.getLogger("kipproducer.stock")
 #: The longest the emulation waits for an acknowledgement, a marker or a decided transaction.
 MAX_WAIT_S = 60.0
 
@@ -72,8 +73,10 @@ def _bulk_writer(producer: Any) -> Callable:
 
 
 def resolve_mode(producer: Any, topic: str) -> str:
-    """kip.mode for one topic: native, emulated, or auto (native where every leader of the
-    topic announces both features, emulated where none does)."""
+    """kip.mode for one topic: ``native``, ``emulated``, or with auto, where the leaders lack
+    the features and the emulation is refused too, ``unsupported``: the calls then take the
+    native path, whose records fail locally with "unsupported by broker" as before, and the
+    probe's reason is logged once. With kip.mode=emulated a refused probe raises."""
     configured = producer._kip_mode
     if configured == "native":
         return "native"
@@ -84,13 +87,26 @@ def resolve_mode(producer: Any, topic: str) -> str:
     except EmulationUnsupported as exc:
         if configured == "emulated":
             raise
-        raise KafkaException(KafkaError(
-            KafkaError._UNSUPPORTED_FEATURE,
-            f"offset= / expected_offset= to {topic!r} are unsupported by this cluster: its "
-            f"brokers do not announce {FEATURE_PRODUCE_OFFSETS!r} / "
-            f"{FEATURE_PRODUCE_CONDITIONAL!r} (native mode, docs/protocol.md), and "
-            f"{exc.args[0].str()}")) from None
+        log.warning("kip.mode=auto: %r gets no KIP call: its brokers do not announce %r / %r "
+                    "(native mode) and %s", topic, FEATURE_PRODUCE_OFFSETS,
+                    FEATURE_PRODUCE_CONDITIONAL, exc.args[0].str())
+        return "unsupported"
     return "emulated"
+
+
+def unsupported_error(producer: Any, topic: str) -> KafkaException:
+    """What kip_mode() raises for a topic where neither mode works (kip.mode=auto)."""
+    try:
+        emulation_of(producer).probe()
+    except EmulationUnsupported as exc:
+        why = exc.args[0].str()
+    else:  # (cannot happen: the verdict is remembered)
+        why = "the emulation was refused"
+    return KafkaException(KafkaError(
+        KafkaError._UNSUPPORTED_FEATURE,
+        f"offset= / expected_offset= to {topic!r} are unsupported by this cluster: its "
+        f"brokers do not announce {FEATURE_PRODUCE_OFFSETS!r} / "
+        f"{FEATURE_PRODUCE_CONDITIONAL!r} (native mode, docs/protocol.md), and {why}"))
 
 
 def _leaders_native(producer: Any, topic: str) -> bool:

@@ -38,7 +38,12 @@ def probe_cluster(connection: Mapping[str, Any], probe_topic: str,
     key = (str(connection.get("bootstrap.servers")), probe_topic)
     with _lock:
         if key not in _verdicts:
-            _verdicts[key] = _run(connection, probe_topic, timeout)
+            try:
+                _verdicts[key] = _run(connection, probe_topic, timeout)
+            except Exception as exc:  # a cluster that cannot even run the probe
+                detail = (exc.args[0].str() if isinstance(exc, KafkaException)
+                          else f"{type(exc).__name__} {exc}".strip())
+                _verdicts[key] = _refusal(f"the probe could not run: {detail}")
         verdict = _verdicts[key]
     if verdict is not None:
         raise EmulationUnsupported(KafkaError(KafkaError._UNSUPPORTED_FEATURE, verdict))
