@@ -87,6 +87,9 @@ class Emulation:
         self._held: dict[tuple[str, int], list[Rec]] = {}
         self._reports: list[tuple[Callable, Any, Any]] = []
         self._held_count = 0
+        # partitions whose held records have a gap: only those have a run that can go before
+        # flush() (re-planning a dense run at every call would cost O(n) per record)
+        self._gapped: set[tuple[str, int]] = set()
         # Runs whose reports are per batch go through the Producer's own bulk lane (the
         # engine's produce_arrays, columns in C); returns the first offset written.
         self._bulk = bulk
@@ -123,9 +126,12 @@ class Emulation:
                     f"log end {last + 1} (explicit offsets must strictly increase)",
                     log_end_offset=last + 1))
                 continue
+            if held and rec.offset != last + 1:
+                self._gapped.add(key)
             held.append(rec)
             self._held_count += 1
-        self._drain(key, final=len(held) >= HELD_MAX)
+        if len(held) >= HELD_MAX or key in self._gapped:
+            self._drain(key, final=len(held) >= HELD_MAX)
 
     def conditional(self, topic: str, partition: int, recs: list[Rec], expected: int) -> None:
         """One conditional batch: its records land at ``expected``.. or none is visible."""
@@ -143,7 +149,7 @@ class Emulation:
 
     def serve(self, *, final: bool = False) -> int:
         """Write what is due (everything with ``final``) and call the queued callbacks."""
-        for key in list(self._held):
+        for key in list(self._held if final else self._gapped):
             self._drain(key, final=final)
         reports, self._reports = self._reports, []
         for callback, err, report in reports:
@@ -222,6 +228,7 @@ class Emulation:
         if not final and actions and actions[-1].step == Step.PLAIN:
             actions.pop()  # its successor's gap decides how it is written: wait for it
         if not actions:
+            self._gapped.discard(key)  # one run at the log end: it waits for flush()
             return
         recs = self._take(key, max((a.first + a.count for a in actions if a.first >= 0),
                                    default=0))
@@ -237,6 +244,7 @@ class Emulation:
     def _take(self, key: tuple[str, int], count: int) -> list[Rec]:
         held = self._held[key]
         taken, self._held[key] = held[:count], held[count:]
+        self._gapped.discard(key)  # what is left is one run (or nothing)
         self._held_count -= len(taken)
         return taken
 
