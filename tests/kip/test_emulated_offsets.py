@@ -235,3 +235,23 @@ def test_kill_9_mid_transaction_then_restart(stock):
     dead = [r.offset for r in uncommitted(stock, topic) if is_filler(r)]
     assert dead[:4] == [3, 4, 5, 6]  # the dead writer's, aborted; then 9..18 fill 9..19
     assert dead[4:] == list(range(9, 19))
+
+
+def test_per_record_stream_with_polls_between(stock):
+    """produce(offset=) one record at a time with poll(0) after each, as a copy loop does:
+    runs go out as soon as the next gap is known, the last one at flush()."""
+    topic = new_topic(stock, "em-stream")
+    stamp = now_ms() - 1000
+    offsets = list(range(0, 300)) + [301, 302] + list(range(310, 600)) + [700]
+    reports: list = []
+    with emulated_producer(stock, unique("w")) as p:
+        for o in offsets:
+            p.produce(topic, b"v%d" % o, b"k%d" % o, partition=0, offset=o,
+                      headers=[("h", b"%d" % o)], timestamp=stamp + o,
+                      on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+            p.poll(0)
+        # everything but the last run is written before flush()
+        assert len(p) == 1
+        assert p.flush(30) == 0
+    assert reports == [(None, o) for o in offsets]
+    check_topic(stock, topic, offsets, stamp)
