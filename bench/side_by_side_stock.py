@@ -1,7 +1,8 @@
 """Side-by-side on the stand-in for stock Kafka (`kip broker --config
 kip.extensions.enable=false`): an emulated offset copy (produce_arrays(offsets=...) through
 Kafka's transactions, docs/stock-clusters.md) against confluent-kafka's plain produce() of the
-same records, and emulated conditional appends of batches of 1, 100 and 10,000 records.
+same records, and conditional appends of batches of 1, 100 and 10,000 records, emulated on the
+stand-in and native on a `kip broker` with the extension.
 
 The records are side_by_side_copy.py's workload (12-byte keys, 100-byte values, offsets with
 random gaps of 1..100 at the given gap rates). One run per contender and rate, each in its own
@@ -17,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench_support import child_env, create_topics
+from bench_support import child_env, create_topics, start_kip_broker
 from side_by_side_copy import workload
 
 CHUNK = 100_000
@@ -84,25 +86,25 @@ def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float) -> dict
     return {"seconds": seconds, "txns": txns}
 
 
-def run_conditional(bootstrap: str, topic: str, n: int, size: int) -> dict:
+def run_conditional(bootstrap: str, topic: str, n: int, size: int, mode: str) -> dict:
     from kipproducer import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "kip.mode": "emulated",
-                         "linger.ms": 0})
+    producer = Producer({"bootstrap.servers": bootstrap, "kip.mode": mode, "linger.ms": 0})
     producer.kip_mode(topic)
     values = [b"v" * 100] * size
     expected, done = 0, 0
     t0 = time.perf_counter()
     while done < n:
         first = producer.append(topic, values, partition=0, expected_offset=expected)
-        expected = first + size + 1  # the commit marker takes one offset
+        # emulated: the commit marker takes one offset; native: no marker
+        expected = first + size + (1 if mode == "emulated" else 0)
         done += size
     return {"seconds": time.perf_counter() - t0, "records": done}
 
 
 def child(args) -> None:
     if args.child == "conditional":
-        out = run_conditional(args.bootstrap, args.topic, args.records, args.size)
+        out = run_conditional(args.bootstrap, args.topic, args.records, args.size, args.mode)
     else:
         out = run_copy(args.child, args.bootstrap, args.topic, args.records,
                        float(args.gap_rate))
@@ -119,6 +121,7 @@ def main() -> None:
     ap.add_argument("--bootstrap")
     ap.add_argument("--topic")
     ap.add_argument("--size", type=int, default=1)
+    ap.add_argument("--mode", default="emulated")
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -149,13 +152,27 @@ def main() -> None:
                       f"{got['txns'] / got['seconds']:,.0f} |", flush=True)
             if args.no_conditional:
                 return
-            print("\n| conditional batch | records/s | batches/s |\n|---|---|---|")
-            for size in (1, 100, 10_000):
-                total = max(size, min(args.conditional_records, size * 200))
-                got = spawn("conditional", f"cond-{size}", "--records", str(total),
-                            "--size", str(size))
-                print(f"| {size:,} | {got['records'] / got['seconds']:,.0f} | "
-                      f"{got['records'] / size / got['seconds']:,.1f} |", flush=True)
+            native_dir = tempfile.mkdtemp()
+            native_proc, native = start_kip_broker(native_dir)
+            try:
+                print("\n| conditional batch | mode | records/s | batches/s |\n"
+                      "|---|---|---|---|")
+                for size in (1, 100, 10_000):
+                    total = max(size, min(args.conditional_records, size * 200))
+                    for mode, where in (("native", native), ("emulated", bootstrap)):
+                        create_topics(where, f"cond-{mode}-{size}")
+                        out = subprocess.run(
+                            [sys.executable, __file__, "--child", "conditional",
+                             "--bootstrap", where, "--topic", f"cond-{mode}-{size}",
+                             "--records", str(total), "--size", str(size), "--mode", mode],
+                            capture_output=True, text=True, env=child_env(), check=True)
+                        got = json.loads(out.stdout.strip().splitlines()[-1])
+                        print(f"| {size:,} | {mode} | {got['records'] / got['seconds']:,.0f} | "
+                              f"{got['records'] / size / got['seconds']:,.1f} |", flush=True)
+            finally:
+                native_proc.kill()
+                native_proc.wait()
+                shutil.rmtree(native_dir, ignore_errors=True)
         finally:
             proc.kill()
             proc.wait()
