@@ -45,7 +45,7 @@ OFFSETS_CALL = "offset="
 CONDITIONAL_CALL = "expected_offset="
 
 
-@dataclass
+@dataclass(slots=True)
 class Sink:
     """Where one call's reports go: per record (a Message each) or per written run."""
 
@@ -55,7 +55,7 @@ class Sink:
     partition: int
 
 
-@dataclass
+@dataclass(slots=True)
 class Rec:
     offset: int            # asked offset (-1: conditional or plain)
     key: Any
@@ -117,19 +117,22 @@ class Emulation:
             return
         key = (topic, partition)
         held = self._held.setdefault(key, [])
-        for rec in recs:
-            last = held[-1].offset if held else -1
-            if rec.offset <= last:
-                self._fail([rec], ProduceOffsetKafkaError(
-                    INVALID_PRODUCE_OFFSET,
-                    f"{OFFSETS_CALL}: offset {rec.offset} of {topic}[{partition}] is below the "
-                    f"log end {last + 1} (explicit offsets must strictly increase)",
-                    log_end_offset=last + 1))
-                continue
-            if held and rec.offset != last + 1:
-                self._gapped.add(key)
-            held.append(rec)
-            self._held_count += 1
+        if not recs:
+            return
+        last = held[-1].offset if held else -1
+        if recs[0].offset <= last:
+            # (the callers pass strictly increasing offsets: only the first can be too low)
+            self._fail(recs, ProduceOffsetKafkaError(
+                INVALID_PRODUCE_OFFSET,
+                f"{OFFSETS_CALL}: offset {recs[0].offset} of {topic}[{partition}] is below the "
+                f"log end {last + 1} (explicit offsets must strictly increase)",
+                log_end_offset=last + 1))
+            return
+        if (held and recs[0].offset != last + 1) or (
+                recs[-1].offset - recs[0].offset != len(recs) - 1):
+            self._gapped.add(key)
+        held.extend(recs)
+        self._held_count += len(recs)
         if len(held) >= HELD_MAX or key in self._gapped:
             self._drain(key, final=len(held) >= HELD_MAX)
 

@@ -142,6 +142,8 @@ def produce_one(producer: Any, topic: str, partition: int, key, value, headers, 
 def produce_arrays(producer: Any, topic: str, values, keys, headers, timestamps, partition,
                    callback: Callable | None, per_record: bool, offsets,
                    expected: int | None) -> int:
+    import numpy as np
+
     from ..producer import _as_list, _per_record_headers
 
     values = _as_list(values)
@@ -162,22 +164,29 @@ def produce_arrays(producer: Any, topic: str, values, keys, headers, timestamps,
         recs = [Rec(-1, keys[i], values[i], rows[i], stamps[i], sink) for i in range(n)]
         emulation.conditional(topic, sink.partition, recs, expected)
         return n
-    asked = [int(o) for o in offsets]
+    asked = np.asarray(offsets, dtype=np.int64)
     if len(asked) != n:
         raise ValueError("offsets and values must have the same length")
+    if n and int(asked.min()) < 0:
+        raise ValueError(f"offset must be >= 0, not {int(asked.min())}")
+    part_arr = np.asarray(parts, dtype=np.int64)
+    for p in (np.unique(part_arr).tolist() if n else []):
+        index = np.flatnonzero(part_arr == p)
+        mine = asked[index]
+        steps = np.diff(mine)
+        if len(steps) and int(steps.min()) <= 0:
+            bad = int(np.flatnonzero(steps <= 0)[0]) + 1
+            raise OffsetOrderError(f"explicit offsets must strictly increase per partition: "
+                                   f"offset {int(mine[bad])} at index {int(index[bad])} does "
+                                   f"not follow {int(mine[bad - 1])}")
     by_partition: dict[int, list[Rec]] = {}
     sinks: dict[int, Sink] = {}
-    for i in range(n):
-        p = parts[i]
-        recs = by_partition.setdefault(p, [])
-        if recs and recs[-1].offset >= asked[i]:
-            raise OffsetOrderError(f"explicit offsets must strictly increase per partition: "
-                                   f"offset {asked[i]} at index {i} does not follow "
-                                   f"{recs[-1].offset}")
-        if asked[i] < 0:
-            raise ValueError(f"offset must be >= 0, not {asked[i]}")
-        sink = sinks.setdefault(p, Sink(callback, per_record, topic, p))
-        recs.append(Rec(asked[i], keys[i], values[i], rows[i], stamps[i], sink))
+    for p, o, k, v, h, t in zip(parts, asked.tolist(), keys, values, rows, stamps, strict=True):
+        sink = sinks.get(p)
+        if sink is None:
+            sink = sinks[p] = Sink(callback, per_record, topic, p)
+            by_partition[p] = []
+        by_partition[p].append(Rec(o, k, v, h, t, sink))
     for p, recs in by_partition.items():
         emulation.offsets(topic, p, recs)
     return n

@@ -48,14 +48,13 @@ class Action:
 
 def runs_of(offsets: list[int]) -> list[tuple[int, int]]:
     """(index of the first record, length) of each run of consecutive offsets."""
-    out: list[tuple[int, int]] = []
-    for i, offset in enumerate(offsets):
-        if out and offsets[i - 1] + 1 == offset:
-            first, length = out[-1]
-            out[-1] = (first, length + 1)
-        else:
-            out.append((i, 1))
-    return out
+    if not len(offsets):
+        return []
+    import numpy as np
+
+    starts = np.flatnonzero(np.diff(np.asarray(offsets, dtype=np.int64)) != 1) + 1
+    bounds = [0, *starts.tolist(), len(offsets)]
+    return [(bounds[i], bounds[i + 1] - bounds[i]) for i in range(len(bounds) - 1)]
 
 
 def plan_runs(log_end: int, offsets: list[int]) -> list[Action]:
