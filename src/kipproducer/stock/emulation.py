@@ -1,11 +1,13 @@
 """The emulated writer: what ``Producer`` does with ``offset=`` / ``expected_offset=`` on a
 topic whose brokers lack the KIP-WIRE extension (docs/stock-clusters.md).
 
-Two librdkafka producers do the writing: an idempotent one for runs that start at the log end
-and a transactional one (``kip.emulation.transactional.id``) for committed runs, aborted
-fillers and conditional batches. They take turns on a partition, each waiting for the other's
-acknowledgement, and after every transaction the writer waits until its marker is in the log
-(Kafka writes markers after EndTxn is answered) before the next record goes.
+Runs that start at the log end go through a plain lane: the Producer's own bulk lane when
+their reports are per batch (``bulk``, checked by first offset and log end), else an
+idempotent librdkafka producer. A transactional librdkafka producer
+(``kip.emulation.transactional.id``) writes committed runs, aborted fillers and conditional
+batches. The lanes take turns on a partition, each waiting for the other's acknowledgement,
+and after every transaction the writer waits until its marker is in the log (Kafka writes
+markers after EndTxn is answered) before the next record goes.
 
 Records with offsets are held per partition until the next gap is known (a run followed by a
 gap of one offset must be written in a transaction whose commit marker fills that gap); the
