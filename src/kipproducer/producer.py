@@ -929,6 +929,8 @@ class Producer(confluent_kafka.Producer):
     def purge(self, in_queue: bool = True, in_flight: bool = True,  # type: ignore[override]
               blocking: bool = True) -> None:
         super().purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
+        if self._emulation is not None and in_queue:
+            self._emulation.purge()
         if self._engine is not None and in_queue:
             self._engine.purge()
 

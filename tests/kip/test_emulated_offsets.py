@@ -255,3 +255,17 @@ def test_per_record_stream_with_polls_between(stock):
         assert p.flush(30) == 0
     assert reports == [(None, o) for o in offsets]
     check_topic(stock, topic, offsets, stamp)
+
+
+def test_purge_drops_the_held_run(stock):
+    topic = new_topic(stock, "em-purge")
+    reports: list = []
+    with emulated_producer(stock, unique("w")) as p:
+        for o in (0, 1, 2):
+            p.produce(topic, b"v%d" % o, partition=0, offset=o,
+                      on_delivery=lambda err, msg: reports.append(err))
+        assert len(p) == 3  # one run at the log end: held until flush()
+        p.purge()
+        assert p.flush(10) == 0
+    assert [err.code() for err in reports] == [KafkaError._PURGE_QUEUE] * 3
+    assert committed(stock, topic) == []

@@ -161,6 +161,14 @@ class Emulation:
             callback(err, report)
         return len(reports)
 
+    def purge(self) -> None:
+        """Drop the held records (none of them was sent), reported with _PURGE_QUEUE as
+        librdkafka reports its queued ones."""
+        for key in list(self._held):
+            recs = self._take(key, len(self._held[key]))
+            self._fail(recs, ProduceOffsetKafkaError(
+                KafkaError._PURGE_QUEUE, f"{OFFSETS_CALL}: purged before it was written"))
+
     def close(self) -> None:
         self.serve(final=True)
         for producer in (self._txn, self._plain):
