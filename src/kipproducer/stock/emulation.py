@@ -188,7 +188,7 @@ class Emulation:
     def _plain_producer(self) -> Producer:
         if self._plain is None:
             self._plain = Producer({**self._connection, "enable.idempotence": True,
-                                    "linger.ms": 5,
+                                    "linger.ms": 0,
                                     "message.timeout.ms": int(self._timeout * 1000)})
         return self._plain
 
@@ -197,8 +197,11 @@ class Emulation:
         aborts that one's open transaction (before any log end is read)."""
         if self._txn is None:
             txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
+            # linger.ms=0: every write is flushed at once anyway, and a linger shows in
+            # each transaction's begin-to-EndTxn time (about 23 ms -> 14 ms per transaction
+            # on the stand-in)
             producer = Producer({**self._connection, "transactional.id": txn_id,
-                                 "linger.ms": 5,
+                                 "linger.ms": 0,
                                  "transaction.timeout.ms": int(self._timeout * 1000)})
             producer.init_transactions(self._timeout)
             self._txn = producer
