@@ -43,13 +43,14 @@ from confluent_kafka import KafkaError, KafkaException
 from . import _accumulator
 from ._accumulator import BatchDelivery, report_runs
 from .clients import with_logger
-from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool
+from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool, kip_mode
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
 from .message_layout import install as _install_message_fill
 from .producer_group import ProducerGroup, split_config
 from .records import decode_batches
+from .stock import hooks as _stock
 
 __all__ = ["BatchDelivery", "GroupMetadata", "Producer"]
 
@@ -150,6 +151,15 @@ class Producer(confluent_kafka.Producer):
         self._kip_direct = (self._kip_refusals[0] is None and self._kip_refusals[1] is None
                             and self._txn is None
                             and not self._transactional and not self._acks_zero())
+        # kip.mode (docs/stock-clusters.md): offset= / expected_offset= on a topic whose
+        # brokers lack the extension go to the emulation (kipproducer.stock); the C produce()
+        # takes them only once a topic is known native.
+        self._kip_mode = kip_mode(conf.get("kip.mode", "auto"))
+        self._kip_topic_modes: dict[str, str] = {}
+        self._emulation = None
+        self._kip_direct_native = self._kip_direct
+        if self._kip_mode != "native":
+            self._kip_direct = False
         # topic -> (lane, records of that lane not yet reported), once the engine is in use
         self._lanes: dict[str, list] = {}
         self._last_target: _ReportTo | None = None  # produce()'s last report target
@@ -238,6 +248,10 @@ class Producer(confluent_kafka.Producer):
                 for m in messages:
                     m["_error"] = refused
                 return 0
+        if self._kip_mode != "native" and self._kip_topic_modes.get(topic) != "native" \
+                and _stock.has_kip_keys(messages) and self._kip_topic_mode(topic) == "emulated":
+            return _stock.produce_batch(self, topic, messages, partition,
+                                        on_delivery or self._default_on_delivery)
         from ._accumulator import message_keys, scan_messages
 
         engine = self._engine_or_start()
@@ -285,6 +299,13 @@ class Producer(confluent_kafka.Producer):
         from ._accumulator import key_lengths
 
         self._check_kip_call(offsets, expected_offset, partition)
+        if (offsets is not None or expected_offset is not None) and self._kip_mode != "native" \
+                and self._kip_topic_mode(topic) == "emulated":
+            return _stock.produce_arrays(
+                self, topic, values, keys, headers, timestamps, partition,
+                on_delivery or self._default_on_delivery,
+                self._per_record_reports if per_record is None else per_record,
+                offsets, expected_offset)
         if self._transactional:
             return self._arrays_through_librdkafka(topic, values, keys, headers, timestamps,
                                                    partition, on_delivery)
@@ -453,6 +474,11 @@ class Producer(confluent_kafka.Producer):
             partition = -1
         if offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
+            if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
+                return _stock.produce_one(self, topic, partition, key, value, get("headers"),
+                                          get("timestamp"), offset, expected,
+                                          get("on_delivery") or get("callback")
+                                          or self._default_on_delivery)
         if self._txn is not None:
             self._txn.check_produce()
         engine = self._engine
@@ -558,6 +584,10 @@ class Producer(confluent_kafka.Producer):
                                     timestamps=timestamps, partition=partition,
                                     on_delivery=on_delivery, offsets=offsets,
                                     expected_offset=expected_offset, per_record=False)
+        if self._emulation is not None:  # emulated calls are settled here, synchronously
+            self._emulation.serve(final=True)
+            if sum(r.count for _, r in outcome) >= count:
+                return _stock.append_verdict(outcome)
         engine = self._engine_or_start()
         wait = engine.config.delivery_timeout_ms / 1000 + 5 if timeout is None else timeout
         deadline = time.monotonic() + wait
@@ -628,6 +658,25 @@ class Producer(confluent_kafka.Producer):
         return n
 
     # ---- transactions (the engine's, unless they stay librdkafka's) ---------------------------
+
+    def kip_mode(self, topic: str) -> str:
+        """``"native"`` or ``"emulated"``: how ``offset=`` / ``expected_offset=`` reach
+        ``topic`` under ``kip.mode`` (docs/stock-clusters.md). Emulated mode is checked with
+        the capability probe first; a cluster where neither works raises ``KafkaException``
+        naming what is missing."""
+        mode = self._kip_topic_mode(topic)
+        if mode == "unsupported":
+            raise _stock.unsupported_error(self, topic)
+        return mode
+
+    def _kip_topic_mode(self, topic: str) -> str:
+        """kip_mode() without raising: ``unsupported`` takes the native path (refused there)."""
+        mode = self._kip_topic_modes.get(topic)
+        if mode is None:
+            mode = self._kip_topic_modes[topic] = _stock.resolve_mode(self, topic)
+            if mode == "native" and self._kip_mode == "auto":
+                self._kip_direct = self._kip_direct_native
+        return mode
 
     def init_transactions(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """confluent-kafka's init_transactions([timeout]): InitProducerId for
@@ -834,6 +883,10 @@ class Producer(confluent_kafka.Producer):
         return served
 
     def poll(self, timeout: float | None = None) -> int:  # type: ignore[override]
+        if self._emulation is not None:
+            emulated = self._emulation.serve()
+            if emulated:
+                return emulated + self.poll(0) if timeout != 0 else emulated
         if self._engine is None:
             return super().poll(-1 if timeout is None else timeout)
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
@@ -848,6 +901,8 @@ class Producer(confluent_kafka.Producer):
                 return served
 
     def flush(self, timeout: float | None = None) -> int:  # type: ignore[override]
+        if self._emulation is not None:
+            self._emulation.serve(final=True)
         if self._engine is None:
             return super().flush(-1 if timeout is None else timeout)
         engine = self._engine
@@ -868,11 +923,14 @@ class Producer(confluent_kafka.Producer):
         return len(self)
 
     def __len__(self) -> int:
-        return super().__len__() + (len(self._engine) if self._engine is not None else 0)
+        return (super().__len__() + (len(self._engine) if self._engine is not None else 0)
+                + (len(self._emulation) if self._emulation is not None else 0))
 
     def purge(self, in_queue: bool = True, in_flight: bool = True,  # type: ignore[override]
               blocking: bool = True) -> None:
         super().purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
+        if self._emulation is not None and in_queue:
+            self._emulation.purge()
         if self._engine is not None and in_queue:
             self._engine.purge()
 
@@ -895,6 +953,8 @@ class Producer(confluent_kafka.Producer):
             group.close()
 
     def _close_engine(self) -> None:
+        if self._emulation is not None:
+            self._emulation.close()
         if self._engine is not None:
             self.flush(30)
             self._engine.close()

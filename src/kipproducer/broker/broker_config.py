@@ -288,6 +288,15 @@ class BrokerConfig:
             "keeps Kafka's one batch per partition (what an older broker does)",
         },
     )
+    kip_extensions_enable: bool = field(
+        default=True,
+        metadata={
+            "name": "kip.extensions.enable",
+            "doc": "false: a stand-in for stock Kafka (docs/stock-clusters.md): no KIP-WIRE "
+            "feature in ApiVersions and every Produce treated as mode 0, as Kafka 3.9 "
+            "treats the unknown tag",
+        },
+    )
     #: Topic config defaults set on the broker, by topic config name and in its units.
     topic_defaults: dict[str, str] = field(default_factory=dict)
     #: The same properties as given, by their broker names (DescribeConfigs reports these).

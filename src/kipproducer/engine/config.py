@@ -21,6 +21,40 @@ from .tls import TlsConfigError, TlsSettings, tls_settings
 KIP_PROPERTIES: dict[str, Any] = {
     # True: produce_arrays calls on_delivery once per record instead of once per batch.
     "kip.delivery.report.per.record": False,
+    # How offset= / expected_offset= reach a topic (docs/stock-clusters.md): native (the
+    # KIP-WIRE extension, docs/protocol.md), emulated (Kafka's own transactions, any broker
+    # with them) or auto (native where the leaders announce the features, else emulated).
+    "kip.mode": "auto",
+    # Emulated offset= needs a transactional.id that stays the same for a writer across
+    # restarts, so the new one fences the old one and aborts its open transaction before
+    # reading the log end. Empty: emulated offset= is refused, naming this property.
+    "kip.emulation.transactional.id": "",
+    # Where the emulation's capability probe writes (and aborts) its one record.
+    "kip.emulation.probe.topic": "kip-emulation-probe",
+}
+
+KIP_MODES = ("native", "emulated", "auto")
+
+
+def kip_mode(value: Any) -> str:
+    """A ``kip.mode`` value, checked."""
+    text = str(value).strip().lower()
+    if text not in KIP_MODES:
+        raise ValueError(f"expected one of {', '.join(KIP_MODES)}")
+    return text
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+#: How each kip.* property's value is checked (what is not listed is a boolean).
+_KIP_CHECKS: dict[str, Any] = {
+    "kip.mode": kip_mode,
+    "kip.emulation.transactional.id": _text,
+    "kip.emulation.probe.topic": _text,
 }
 
 
@@ -234,7 +268,7 @@ class EngineConfig:
                     f"unknown kipproducer property {name!r}; known: "
                     + ", ".join(sorted(KIP_PROPERTIES)))
             try:
-                _bool(raw)  # every kip.* property is a boolean so far
+                _KIP_CHECKS.get(name, _bool)(raw)
             except ValueError as exc:
                 raise ConfigError(f"{name}={raw!r}: {exc}") from None
 

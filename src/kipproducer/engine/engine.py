@@ -326,6 +326,22 @@ class Engine:
         """Partitions of ``topic`` (metadata fetched if needed); raises on an unknown topic."""
         return self.call(self._partition_count(topic, timeout - 1), timeout)
 
+    def leaders_announce(self, topic: str, features: tuple[str, ...],
+                         timeout: float = 30.0) -> list[bool]:
+        """Per partition of ``topic``: whether its leader announces every one of ``features``
+        in ApiVersions (kip.mode=auto, docs/stock-clusters.md); raises LookupError as
+        partition_count does."""
+        return self.call(self._leaders_announce(topic, features, timeout - 1), timeout)
+
+    async def _leaders_announce(self, topic: str, features: tuple[str, ...],
+                                timeout: float) -> list[bool]:
+        count = await self._partition_count(topic, timeout)
+        out = []
+        for partition in range(count):
+            conn = await self.cluster.connection(self.cluster.leader(topic, partition))
+            out.append(all(conn.supports_feature(name) for name in features))
+        return out
+
     async def _partition_count(self, topic: str, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         meta = self.cluster.topics.get(topic)

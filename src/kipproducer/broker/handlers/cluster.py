@@ -34,10 +34,12 @@ log = logging.getLogger("kipproducer.broker")
 
 @handles(API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, body):
+    config = ctx.broker.config
+    # kip.extensions.enable=false: a stand-in for stock Kafka, which announces none of ours
+    features = (_features(ctx.api_version, min(FEATURE_MAX_VERSION, config.kip_wire_version))
+                if config.kip_extensions_enable else {})
     return build_response(
-        API_VERSIONS, ctx.api_version, api_keys=api_versions_table(),
-        **_features(ctx.api_version, min(FEATURE_MAX_VERSION, ctx.broker.config.kip_wire_version))
-    )
+        API_VERSIONS, ctx.api_version, api_keys=api_versions_table(), **features)
 
 
 def _features(version: int, max_version: int = FEATURE_MAX_VERSION) -> dict:

@@ -299,7 +299,11 @@ def _check_keys(batch) -> None:
 @handles(PRODUCE, 3, 11)
 async def produce(ctx: RequestContext, body):
     logs = logs_of(ctx)
-    mode = getattr(body, "produce_mode", ProduceMode.ASSIGN)
+    # A stock broker (the stand-in, kip.extensions.enable=false) skips the unknown tag: mode 0
+    # rules, so a batch with baseOffset != 0 is INVALID_RECORD and one at 0 is appended at the
+    # log end, with no LogEndOffset in the answer (Kafka 3.9's UnifiedLog checks).
+    mode = (getattr(body, "produce_mode", ProduceMode.ASSIGN)
+            if ctx.broker.config.kip_extensions_enable else ProduceMode.ASSIGN)
     txn = (None if body.transactional_id is None
            else TransactionalRequest(ctx, body.transactional_id))
     # (code, message) that fails the whole request; not the exception itself, whose traceback

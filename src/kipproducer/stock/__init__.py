@@ -1,0 +1,14 @@
+"""KIP-391 offsets and KIP-27 conditional publish on a stock cluster, through Kafka's own
+transactions (docs/stock-clusters.md).
+
+* :mod:`.plan`: how a partition's asked offsets become plain runs, committed runs and aborted
+  fillers (pure logic).
+* :mod:`.probe`: the capability probe: transactions, and aborted records hidden at
+  read_committed.
+* :mod:`.log_ends`: a partition's log end and last stable offset, as a reader sees them.
+* :mod:`.emulation`: the writer the Producer hands emulated calls to.
+"""
+
+from .probe import EmulationUnsupported, probe_cluster
+
+__all__ = ["EmulationUnsupported", "probe_cluster"]

