@@ -250,7 +250,7 @@ class Producer(confluent_kafka.Producer):
                 return 0
         if self._kip_mode != "native" and self._kip_topic_modes.get(topic) != "native" \
                 and _stock.has_kip_keys(messages) and self._kip_topic_mode(topic) == "emulated":
-            return _stock.produce_batch(self, topic, messages, partition,
+            return _stock.produce_batch(self._emulation_or_start(), topic, messages, partition,
                                         on_delivery or self._default_on_delivery)
         from ._accumulator import message_keys, scan_messages
 
@@ -302,7 +302,7 @@ class Producer(confluent_kafka.Producer):
         if (offsets is not None or expected_offset is not None) and self._kip_mode != "native" \
                 and self._kip_topic_mode(topic) == "emulated":
             return _stock.produce_arrays(
-                self, topic, values, keys, headers, timestamps, partition,
+                self._emulation_or_start(), topic, values, keys, headers, timestamps, partition,
                 on_delivery or self._default_on_delivery,
                 self._per_record_reports if per_record is None else per_record,
                 offsets, expected_offset)
@@ -475,7 +475,8 @@ class Producer(confluent_kafka.Producer):
         if offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
             if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
-                return _stock.produce_one(self, topic, partition, key, value, get("headers"),
+                return _stock.produce_one(self._emulation_or_start(), topic, partition, key,
+                                          value, get("headers"),
                                           get("timestamp"), offset, expected,
                                           get("on_delivery") or get("callback")
                                           or self._default_on_delivery)
@@ -666,17 +667,55 @@ class Producer(confluent_kafka.Producer):
         naming what is missing."""
         mode = self._kip_topic_mode(topic)
         if mode == "unsupported":
-            raise _stock.unsupported_error(self, topic)
+            raise _stock.unsupported_error(self._emulation_or_start(), topic)
         return mode
 
     def _kip_topic_mode(self, topic: str) -> str:
         """kip_mode() without raising: ``unsupported`` takes the native path (refused there)."""
         mode = self._kip_topic_modes.get(topic)
         if mode is None:
-            mode = self._kip_topic_modes[topic] = _stock.resolve_mode(self, topic)
+            mode = self._kip_topic_modes[topic] = _stock.resolve_mode(
+                self._kip_mode, topic, self._engine_or_start, self._emulation_or_start)
             if mode == "native" and self._kip_mode == "auto":
                 self._kip_direct = self._kip_direct_native
         return mode
+
+    def _emulation_or_start(self) -> _stock.Emulation:
+        """The stock-cluster emulation (kipproducer.stock), made at its first use."""
+        if self._emulation is None:
+            self._emulation = _stock.new_emulation(self._conf, self._emulated_bulk_write)
+        return self._emulation
+
+    def _emulated_bulk_write(self, topic: str, partition: int, recs: list) -> int:
+        """The emulation's plain lane: a run of records at the log end through the engine's
+        bulk lane, waiting for its reports; returns the first offset written (KafkaException
+        on a failure)."""
+        import numpy as np
+
+        n = len(recs)
+        keys = [r.key for r in recs]
+        headers = [r.headers for r in recs]
+        stamps = [r.timestamp for r in recs]
+        outcome: list = []
+        self.produce_arrays(
+            topic, [r.value for r in recs],
+            keys=keys if any(k is not None for k in keys) else None,
+            headers=[h if h is None or isinstance(h, (list, dict)) else list(h)
+                     for h in headers] if any(headers) else None,
+            timestamps=np.array([t or 0 for t in stamps], np.int64) if any(stamps) else None,
+            partition=partition, per_record=False,
+            on_delivery=lambda err, report: outcome.append((err, report)))
+        engine = self._engine
+        engine.begin_flush()
+        try:
+            while sum(r.count for _, r in outcome) < n:
+                self._serve_engine(0.01)
+        finally:
+            engine.end_flush()
+        for err, _ in outcome:
+            if err is not None:
+                raise KafkaException(err)
+        return min(r.offset() for _, r in outcome)
 
     def init_transactions(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """confluent-kafka's init_transactions([timeout]): InitProducerId for

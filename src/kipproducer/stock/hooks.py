@@ -5,7 +5,7 @@ KIP call meets a topic in emulated mode, so the Producer itself changes only by 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -27,63 +27,29 @@ def has_kip_keys(messages: list[dict]) -> bool:
     return False
 
 
-def emulation_of(producer: Any) -> Emulation:
-    if producer._emulation is None:
-        conf = producer._conf
-        timeout = int(conf.get("message.timeout.ms", conf.get("delivery.timeout.ms", 300_000)))
-        producer._emulation = Emulation(
-            conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
-            probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
-            timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk=_bulk_writer(producer))
-    return producer._emulation
+def new_emulation(conf: Mapping[str, Any], bulk: Callable) -> Emulation:
+    """The emulation of a Producer with configuration ``conf``; ``bulk(topic, partition,
+    recs)`` writes a run at the log end through the Producer's engine lane and returns the
+    first offset written (see Producer._emulated_bulk_write)."""
+    timeout = int(conf.get("message.timeout.ms", conf.get("delivery.timeout.ms", 300_000)))
+    return Emulation(
+        conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
+        probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
+        timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk=bulk)
 
 
-def _bulk_writer(producer: Any) -> Callable:
-    """Write a run of records at the log end through the Producer's engine lane and wait for
-    its reports; the first offset written (KafkaException on a failure)."""
-    import numpy as np
-
-    def write(topic: str, partition: int, recs: list[Rec]) -> int:
-        n = len(recs)
-        values = [r.value for r in recs]
-        keys = [r.key for r in recs]
-        headers = [r.headers for r in recs]
-        stamps = [r.timestamp for r in recs]
-        outcome: list = []
-        producer.produce_arrays(
-            topic, values, keys=keys if any(k is not None for k in keys) else None,
-            headers=[h if h is None or isinstance(h, (list, dict)) else list(h)
-                     for h in headers] if any(headers) else None,
-            timestamps=np.array([t or 0 for t in stamps], np.int64) if any(stamps) else None,
-            partition=partition, per_record=False,
-            on_delivery=lambda err, report: outcome.append((err, report)))
-        engine = producer._engine
-        engine.begin_flush()
-        try:
-            while sum(r.count for _, r in outcome) < n:
-                producer._serve_engine(0.01)
-        finally:
-            engine.end_flush()
-        for err, _ in outcome:
-            if err is not None:
-                raise KafkaException(err)
-        return min(r.offset() for _, r in outcome)
-
-    return write
-
-
-def resolve_mode(producer: Any, topic: str) -> str:
+def resolve_mode(configured: str, topic: str, engine: Callable[[], Any],
+                 emulation: Callable[[], Emulation]) -> str:
     """kip.mode for one topic: ``native``, ``emulated``, or with auto, where the leaders lack
     the features and the emulation is refused too, ``unsupported``: the calls then take the
     native path, whose records fail locally with "unsupported by broker" as before, and the
     probe's reason is logged once. With kip.mode=emulated a refused probe raises."""
-    configured = producer._kip_mode
     if configured == "native":
         return "native"
-    if configured == "auto" and _leaders_native(producer, topic):
+    if configured == "auto" and _leaders_native(engine(), topic):
         return "native"
     try:
-        emulation_of(producer).probe()
+        emulation().probe()
     except EmulationUnsupported as exc:
         if configured == "emulated":
             raise
@@ -94,10 +60,10 @@ def resolve_mode(producer: Any, topic: str) -> str:
     return "emulated"
 
 
-def unsupported_error(producer: Any, topic: str) -> KafkaException:
+def unsupported_error(emulation: Emulation, topic: str) -> KafkaException:
     """What kip_mode() raises for a topic where neither mode works (kip.mode=auto)."""
     try:
-        emulation_of(producer).probe()
+        emulation.probe()
     except EmulationUnsupported as exc:
         why = exc.args[0].str()
     else:  # (cannot happen: the verdict is remembered)
@@ -109,8 +75,7 @@ def unsupported_error(producer: Any, topic: str) -> KafkaException:
         f"{FEATURE_PRODUCE_CONDITIONAL!r} (native mode, docs/protocol.md), and {why}"))
 
 
-def _leaders_native(producer: Any, topic: str) -> bool:
-    engine = producer._engine_or_start()
+def _leaders_native(engine: Any, topic: str) -> bool:
     try:
         native = engine.leaders_announce(topic, (FEATURE_PRODUCE_OFFSETS,
                                                  FEATURE_PRODUCE_CONDITIONAL))
@@ -128,18 +93,17 @@ def _leaders_native(producer: Any, topic: str) -> bool:
     return False
 
 
-def produce_one(producer: Any, topic: str, partition: int, key, value, headers, timestamp,
+def produce_one(emulation: Emulation, topic: str, partition: int, key, value, headers, timestamp,
                 offset: int | None, expected: int | None, callback: Callable | None) -> None:
     rec = Rec(-1 if offset is None else offset, key, value, headers, timestamp,
               Sink(callback, True, topic, partition))
-    emulation = emulation_of(producer)
     if offset is not None:
         emulation.offsets(topic, partition, [rec])
     else:
         emulation.conditional(topic, partition, [rec], expected)
 
 
-def produce_arrays(producer: Any, topic: str, values, keys, headers, timestamps, partition,
+def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, timestamps, partition,
                    callback: Callable | None, per_record: bool, offsets,
                    expected: int | None) -> int:
     import numpy as np
@@ -158,7 +122,6 @@ def produce_arrays(producer: Any, topic: str, values, keys, headers, timestamps,
         raise ValueError("keys, headers, timestamps and values must have the same length")
     parts = ([int(partition)] * n if isinstance(partition, int)
              else [int(p) for p in partition])
-    emulation = emulation_of(producer)
     if expected is not None:
         sink = Sink(callback, per_record, topic, parts[0] if parts else partition)
         recs = [Rec(-1, keys[i], values[i], rows[i], stamps[i], sink) for i in range(n)]
@@ -192,12 +155,11 @@ def produce_arrays(producer: Any, topic: str, values, keys, headers, timestamps,
     return n
 
 
-def produce_batch(producer: Any, topic: str, messages: list[dict], partition: int,
+def produce_batch(emulation: Emulation, topic: str, messages: list[dict], partition: int,
                   callback: Callable | None) -> int:
     """An emulated produce_batch: messages in order; ``offset`` ones as offsets, runs of
     ``expected_offset`` ones (same partition, consecutive expectations) as one conditional
     batch each, the others as plain records. Every message needs a partition here."""
-    emulation = emulation_of(producer)
     queued = 0
     group: list[Rec] = []
     group_start = group_part = -1
