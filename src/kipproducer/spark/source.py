@@ -151,7 +151,10 @@ class ReadPlan:
                     raise OptionError(f"option 'assign': topic {topic!r} does not exist")
                 missing = sorted(set(parts) - set(known.partitions))
                 if missing:
-                    raise OptionError(f"option 'assign': {topic} has no partitions {missing}")
+                    count = len(known.partitions)
+                    raise OptionError(
+                        f"option 'assign': topic {topic!r} has {count} partitions "
+                        f"(0-{count - 1}); partitions {missing} do not exist")
             return sorted((t, p) for t, ps in self.assigned.items() for p in ps)
         if self.how == "subscribe":
             names = [t for t in self.topics if t in metadata.topics
