@@ -40,3 +40,36 @@ def test_a_partition_past_the_end_names_topic_partition_and_range(broker) -> Non
         assert info.value.args[0].str() == expected
     finally:
         p.close()
+
+
+def test_a_fenced_group_member_gets_a_fatal_error(broker) -> None:
+    """Two copies with one transactional.id (the table loader run twice on one host): the
+    first is fenced; the error its commit raises is fatal(), as librdkafka's is for a fenced
+    producer, so the usual ``if error.fatal(): stop`` ends it instead of abort_transaction()
+    raising again."""
+    import confluent_kafka
+
+    group, tid = f"g-{uuid.uuid4().hex[:8]}", f"tid-{uuid.uuid4().hex[:8]}"
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    first = Producer({"bootstrap.servers": broker.bootstrap_servers, "group.id": group,
+                      "source.partition.count": 2, "session.timeout.ms": 6000,
+                      "transactional.id": tid})
+    try:
+        first.init_transactions(30)
+        assert first.subscribe(timeout=30) == {0: None, 1: None}
+        first.begin_transaction()
+        first.produce(topic, b"row 1")
+        second = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers,
+                                           "transactional.id": tid})
+        second.init_transactions(30)  # fences the first
+        with pytest.raises(KafkaException) as info:
+            first.commit_transaction(30, positions={0: "1"})
+        error = info.value.args[0]
+        assert error.code() == KafkaError._FENCED, error
+        assert error.fatal() and not error.txn_requires_abort(), error
+        assert "fenced" in error.str() and group in error.str(), error
+    finally:
+        try:
+            first.close()
+        except KafkaException:  # after a fatal error there is nothing to commit on close
+            pass
