@@ -29,7 +29,7 @@ import sqlite3
 import sys
 import time
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
 from kipproducer import Producer
 
@@ -138,9 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.2)
             except KafkaException as exc:
                 error = exc.args[0]
-                if error.fatal() or error.code() == KafkaError._FENCED:
-                    # another copy started with this transactional.id: this one is a zombie
-                    say(me, f"stopping: {error.str()}")
+                if error.fatal():
+                    # e.g. another copy started with this transactional.id (fenced): this
+                    # one is a zombie and can do nothing more
+                    say(me, f"stopping: {error.name()}: {error.str()}")
                     stopping = True
                     return 1
                 say(me, f"transaction aborted, sending again: {error.str()}")

@@ -85,3 +85,29 @@ def test_kip_commands(command: list[str], dead_address: str) -> None:
     done = run(["-m", "kipproducer", *(w.format(a=dead_address) for w in command)])
     assert done.returncode != 0, done.stdout
     check_stderr(done, dead_address)
+
+
+APPEND = """
+import sys
+from confluent_kafka import KafkaException
+from kipproducer import Producer
+p = Producer({{"bootstrap.servers": sys.argv[1], "message.timeout.ms": {delivery_ms}}})
+try:
+    p.append("orders", [b"x"], partition=0{timeout})
+except KafkaException as exc:
+    print(exc.args[0].name(), "|", exc.args[0].str())
+"""
+
+
+@pytest.mark.parametrize(("delivery_ms", "timeout"), [(1500, ""), (30_000, ", timeout=2")],
+                         ids=["delivery-timeout", "timeout"])
+def test_append_names_the_address(dead_address: str, delivery_ms: int, timeout: str) -> None:
+    """append() on a wrong bootstrap: its error says the address could not be reached (both
+    when delivery.timeout.ms fails the records and when its own timeout ends the wait), not
+    only _MSG_TIMED_OUT / _TIMED_OUT."""
+    done = run(["-c", APPEND.format(delivery_ms=delivery_ms, timeout=timeout), dead_address])
+    assert done.returncode == 0, done.stderr[-3000:]
+    name, _, text = done.stdout.strip().partition(" | ")
+    assert name == ("_TIMED_OUT" if timeout else "_MSG_TIMED_OUT"), done.stdout
+    assert "no broker could be reached" in text and dead_address in text, done.stdout
+    assert len(done.stderr.strip().splitlines()) <= MAX_STDERR_LINES, done.stderr[-3000:]

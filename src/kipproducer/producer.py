@@ -88,6 +88,17 @@ _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
 APPEND_SLICE = 8192
 
 
+def _unreachable(engine) -> str | None:
+    """When the engine never had an answer from any broker: which address it could not reach
+    and why (a wrong bootstrap.servers), for the caller's error; None otherwise."""
+    cluster = engine.cluster
+    if cluster.refreshed or cluster.last_connect_error is None:
+        return None
+    addresses = ", ".join(f"{host}:{port}" for host, port in cluster.bootstrap)
+    return (f"no broker could be reached (bootstrap.servers {addresses}; last attempt: "
+            f"{cluster.last_connect_error})")
+
+
 class _ReportTo:
     """Opaque attached to a run of records: who to tell, and how."""
 
@@ -598,7 +609,8 @@ class Producer(confluent_kafka.Producer):
                 if time.monotonic() > deadline:
                     raise KafkaException(KafkaError(
                         KafkaError._TIMED_OUT, f"append to {topic}[{partition}]: no verdict "
-                        f"within {wait:.0f} s; the records may still be written"))
+                        f"within {wait:.0f} s; " + (_unreachable(engine) or
+                                                    "the records may still be written")))
                 self._serve_engine(0.01)
         finally:
             engine.end_flush()
@@ -606,6 +618,10 @@ class Producer(confluent_kafka.Producer):
             if err is not None:
                 if isinstance(err, ProduceOffsetKafkaError):
                     raise_for(err)
+                unreachable = _unreachable(engine)
+                if unreachable and err.code() == KafkaError._MSG_TIMED_OUT:
+                    err = KafkaError(err.code(), f"append to {topic}[{partition}]: "
+                                     f"{err.str()}: {unreachable}")
                 raise KafkaException(err)
         return min(report.offset() for _, report in outcome) if outcome else -1
 

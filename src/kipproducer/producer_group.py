@@ -82,7 +82,18 @@ _STALE_GENERATION = (KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROG
 _TICK_S = 0.05
 
 
+# Fenced for good: another producer took this transactional.id (librdkafka's _FENCED, the
+# broker's PRODUCER_FENCED), or another member this group.instance.id. librdkafka makes both
+# fatal; so is every error of ours that wraps one, so that ``error.fatal()`` tells the caller
+# to stop (abort_transaction() cannot help). ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID stay
+# abortable: a member that missed a rebalance aborts and goes on with what it owns (KIP-447).
+_FATAL_FENCING = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                  KafkaError.FENCED_INSTANCE_ID)
+
+
 def _error(code: int, text: str, **flags: Any) -> KafkaException:
+    if code in _FATAL_FENCING or flags.get("fatal"):
+        flags.update(fatal=True, retriable=False, txn_requires_abort=False)
     return KafkaException(KafkaError(code, text, **flags))
 
 
@@ -524,7 +535,8 @@ class ProducerGroup:
                 raise _error(code, f"positions of group {self.group_id!r} not committed: the "
                              f"record of source partition {p}'s position in {self.topic!r}: "
                              f"{why}", retriable=outcome is None or outcome.retriable(),
-                             txn_requires_abort=self.producer._txn is not None)
+                             txn_requires_abort=self.producer._txn is not None,
+                             fatal=outcome is not None and outcome.fatal())
             out.append(TopicPartition(self.topic, p, outcome + 1 if pos is not None
                                       else DELETED, metadata=pos or ""))
         return out
@@ -553,11 +565,14 @@ class ProducerGroup:
                     "source partitions belong to another member now, KIP-447)")
         else:
             what = "the positions could not be added to the transaction"
-        return KafkaException(KafkaError(
-            code, f"positions of group {self.group_id!r} not committed: {what}; "
-            f"abort_transaction() and resume from the owned positions ({error.str()})",
-            fatal=error.fatal(), retriable=error.retriable(),
-            txn_requires_abort=error.txn_requires_abort()))
+        if code in _FATAL_FENCING or error.fatal():
+            advice = "this producer can do nothing more: close it"
+        else:
+            advice = "abort_transaction() and resume from the owned positions"
+        return _error(code, f"positions of group {self.group_id!r} not committed: {what}; "
+                      f"{advice} ({error.str()})", fatal=error.fatal(),
+                      retriable=error.retriable(),
+                      txn_requires_abort=error.txn_requires_abort())
 
     def committed(self, updates: Mapping[int, str | None]) -> None:
         for p, pos in updates.items():

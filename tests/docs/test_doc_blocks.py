@@ -6,6 +6,9 @@ The markers are HTML comments (invisible on a rendered page) on the line before 
 - ``<!-- template: REASON -->``: not runnable as written (placeholders, output shown for
   reading, a fragment of a larger program, a cloud service); REASON says why.
 - ``<!-- covered: tests/FILE.py::TEST -->``: run by that test (it must exist).
+- ``<!-- output: WHAT -->``: the block is what the block right above it prints (stdout, line
+  for line; ``...`` inside a line stands for any text: offsets, ids, times). That block must
+  be one run here, and its output is checked against this one.
 
 Any other ``python`` block runs here in a fresh interpreter, in an empty working directory, with
 two reference brokers of its own: the only change made to the text is that the bootstrap
@@ -17,6 +20,7 @@ that is neither marked nor of these two languages fails the test, as does an unk
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import subprocess
@@ -78,6 +82,25 @@ def extract(page: Path) -> list[Block]:
 
 ALL_BLOCKS = [block for page in PAGES for block in extract(page)]
 RUN_HERE = [b for b in ALL_BLOCKS if b.marker is None and b.lang in RUNNABLE]
+# block id -> the output block that follows it (``<!-- output: ... -->``)
+EXPECTED = {before.id: after for before, after in itertools.pairwise(ALL_BLOCKS)
+            if after.marker == "output" and after.page == before.page}
+
+
+def output_pattern(expected: str) -> re.Pattern[str]:
+    """Expected output as a regex: each line exactly, ``...`` standing for any text."""
+    lines = expected.strip("\n").splitlines()
+    return re.compile("\n".join(".*?".join(map(re.escape, line.rstrip().split("...")))
+                                for line in lines))
+
+
+def check_output(block: Block, stdout: str) -> None:
+    output = EXPECTED.get(block.id)
+    if output is None:
+        return
+    printed = "\n".join(line.rstrip() for line in stdout.strip("\n").splitlines())
+    assert output_pattern(output.code).fullmatch(printed), (
+        f"{block.id} printed, where {output.id} shows what it prints:\n{stdout}")
 
 
 def test_the_pages_have_blocks() -> None:
@@ -93,6 +116,10 @@ def test_every_block_is_run_or_marked(block: Block) -> None:
             "<!-- template: why --> or <!-- covered: tests/FILE.py::TEST -->")
     elif block.marker == "template":
         assert len(block.marker_text) >= 10, f"{block.id}: say why it is a template"
+    elif block.marker == "output":
+        before = [b for b in ALL_BLOCKS if EXPECTED.get(b.id) == block]
+        assert before and before[0] in RUN_HERE and before[0].lang == "python", (
+            f"{block.id}: an output block follows a python block run by the docs test")
     elif block.marker == "covered":
         path, _, test = block.marker_text.partition("::")
         source = (ROOT / path).read_text() if (ROOT / path).is_file() else ""
@@ -124,6 +151,7 @@ def test_block_runs_as_written(block: Block, brokers, tmp_path: Path) -> None:
     if block.lang == "python":
         done = run([sys.executable, "-c", code], tmp_path)
         assert done.returncode == 0, f"{block.id}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        check_output(block, done.stdout)
         return
     for line in code.replace("\\\n", " ").splitlines():
         line = line.split(" #", 1)[0].strip()
@@ -136,6 +164,22 @@ def test_block_runs_as_written(block: Block, brokers, tmp_path: Path) -> None:
         done = run(args, tmp_path)
         assert done.returncode == 0, (
             f"{block.id}: {line}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+
+
+def test_readme_shows_what_its_blocks_print() -> None:
+    """Every python block of the README that prints is followed by what it prints."""
+    printing = [b for b in RUN_HERE if b.page == "README.md" and b.lang == "python"
+                and "print(" in b.code]
+    assert printing and all(b.id in EXPECTED for b in printing), [
+        b.id for b in printing if b.id not in EXPECTED]
+
+
+def test_output_patterns() -> None:
+    pattern = output_pattern("written: ledger 0 ...\nappended at 107\n")
+    assert pattern.fullmatch("written: ledger 0 100\nappended at 107")
+    assert not pattern.fullmatch("written: ledger 0 100\nappended at 108")
+    assert not pattern.fullmatch("written: ledger 0 100")  # a line missing
+    assert not pattern.fullmatch("failed: ledger 0 100\nappended at 107")
 
 
 def test_the_pages_point_only_inside_the_repository() -> None:

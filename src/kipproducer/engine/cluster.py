@@ -75,6 +75,7 @@ class Cluster:
         self.topics: dict[str, TopicMetadata] = {}
         self.refreshed_at: dict[str, float] = {}  # topic -> monotonic time of its metadata
         self.refreshed = 0.0  # monotonic time of the last metadata answer
+        self.last_connect_error: str | None = None  # the last failed connection attempt
         self._connections: dict[int, BrokerConnection] = {}
         self._connecting: dict[int, asyncio.Task] = {}
         self._refresh_lock = asyncio.Lock()
@@ -113,8 +114,9 @@ class Cluster:
             log.error("%s", exc)
             self._auth_failure = (str(exc), time.monotonic() + self.auth_retry_backoff_s)
             raise
-        except BrokerConnectionError:
+        except BrokerConnectionError as exc:
             self.stale = True
+            self.last_connect_error = str(exc)  # names the address, for the caller's errors
             raise
         self._auth_failure = None
         self._connections[node_id] = conn

@@ -108,6 +108,16 @@ def kafka_error(code: int, message: str | None = None, *, mode: int = 0,
                                    else log_end_offset)
 
 
+def no_such_partition(topic: str, partition: int, count: int) -> str:
+    """The error text for a partition the topic does not have: which topic, which partition
+    was asked, which exist, and what to do."""
+    have = f"{count} partition" + ("" if count == 1 else "s")
+    numbers = "0" if count == 1 else f"0-{count - 1}"
+    return (f"topic {topic!r} has {have} ({numbers}); partition {partition} does not exist: "
+            f"produce to one of {numbers}, or add partitions to the topic first "
+            "(CreatePartitions)")
+
+
 def _records_by_partition(batches: list[ProducerBatch]):
     """(topic, partition, records) per partition of a request, in order: one batch's bytes,
     or a unit's batches joined back to back (docs/protocol.md §9)."""
@@ -912,9 +922,8 @@ class Engine:
             elif meta.error_code == ec.NONE and sender.partition >= meta.partition_count:
                 # As librdkafka: a partition the topic does not have fails now, not after
                 # delivery.timeout.ms.
-                error = KafkaError(UNKNOWN_PARTITION, f"topic {sender.topic} has "
-                                   f"{meta.partition_count} partitions, not "
-                                   f"{sender.partition + 1}")
+                error = KafkaError(UNKNOWN_PARTITION, no_such_partition(
+                    sender.topic, sender.partition, meta.partition_count))
             else:
                 continue
             for batch in list(sender.pending):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -54,6 +55,22 @@ class OffsetRange(InputPartition):  # type: ignore[misc]
     partition: int
     start: int
     end: int
+
+
+def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:
+    """OptionError naming the addresses when no bootstrap server accepts a TCP connection (a
+    wrong kafka.bootstrap.servers): one line at once, not a metadata timeout deep in a Spark
+    trace. A server that accepts is left to the clients (TLS, SASL, ...)."""
+    failures = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        host, _, port = address.split("://")[-1].rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return
+        except (OSError, ValueError) as exc:
+            failures.append(f"{address}: {exc}")
+    raise OptionError(f"option 'kafka.bootstrap.servers': no broker could be reached "
+                      f"({'; '.join(failures) or 'no address given'})")
 
 
 class ReadPlan:
@@ -142,6 +159,7 @@ class ReadPlan:
 
     def partitions(self) -> list[tuple[str, int]]:
         """Every (topic, partition) the options select, as the cluster has them now."""
+        check_reachable(self.props["bootstrap.servers"])
         admin = self._admin()
         metadata = admin.list_topics(timeout=30)
         if self.how == "assign":
@@ -151,7 +169,10 @@ class ReadPlan:
                     raise OptionError(f"option 'assign': topic {topic!r} does not exist")
                 missing = sorted(set(parts) - set(known.partitions))
                 if missing:
-                    raise OptionError(f"option 'assign': {topic} has no partitions {missing}")
+                    count = len(known.partitions)
+                    raise OptionError(
+                        f"option 'assign': topic {topic!r} has {count} partitions "
+                        f"(0-{count - 1}); partitions {missing} do not exist")
             return sorted((t, p) for t, ps in self.assigned.items() for p in ps)
         if self.how == "subscribe":
             names = [t for t in self.topics if t in metadata.topics
