@@ -57,6 +57,32 @@ def start_kip_broker(data_dir: str) -> tuple[subprocess.Popen, str]:
     return proc, line.removeprefix("listening on ")
 
 
+def start_kip_broker_with(data_dir: str, config: dict[str, str]) -> tuple[subprocess.Popen,
+                                                                         dict[str, str]]:
+    """`kip broker` with more broker properties (``listeners`` among them): the process and
+    each listener's address by protocol (its ``--listen`` one is PLAINTEXT)."""
+    command = [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
+               "--data-dir", data_dir, "--log-level", "warning"]
+    for name, value in config.items():
+        command += ["--config", f"{name}={value}"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=child_env(), text=True)
+    line = proc.stdout.readline().strip()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"broker did not start: {line!r}")
+    listeners = {"PLAINTEXT": line.removeprefix("listening on ")}
+    wanted = {spec.split("://")[0] for spec in config.get("listeners", "").split(",") if spec}
+    while not wanted <= listeners.keys():
+        line = proc.stdout.readline().strip()
+        if not line.startswith("listener "):
+            proc.kill()
+            raise RuntimeError(f"broker did not name its listeners: {line!r}")
+        protocol, _, address = line.removeprefix("listener ").partition("://")
+        listeners.setdefault(protocol, address)
+    return proc, listeners
+
+
 def create_topics(bootstrap: str, *topics: str) -> None:
     """One-partition topics."""
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -77,6 +103,50 @@ def delete_topics(bootstrap: str, *topics: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     for future in admin.delete_topics(list(topics), operation_timeout=30).values():
         future.result(60)
+
+
+def high_watermark(bootstrap: str, topic: str) -> int:
+    """Partition 0's high watermark: how a run without callbacks shows all its records
+    landed (each run writes to a fresh topic from offset 0)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermark-{topic}",
+                         "log_level": 4})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10,
+                                              cached=False)[1]
+    finally:
+        consumer.close()
+
+
+def versions() -> str:
+    """kipproducer's git revision (with a mark when src/ has uncommitted changes),
+    confluent-kafka's and librdkafka's versions, Python's."""
+    import platform
+
+    import confluent_kafka
+
+    try:
+        rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "src"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        if rev and dirty:
+            rev += " + uncommitted changes in src/"
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return (f"kipproducer git {rev or '?'}, confluent-kafka {confluent_kafka.__version__} "
+            f"(librdkafka {confluent_kafka.libversion()[0]}), python "
+            f"{platform.python_version()}")
+
+
+def load_average() -> str:
+    """/proc/loadavg as it reads (1, 5, 15-minute loads, runnable/total tasks, last pid)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
 
 
 class Deliveries:

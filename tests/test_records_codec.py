@@ -282,3 +282,31 @@ def test_lying_record_lengths_do_not_over_read():
     with pytest.raises(CorruptRecordError) as err:
         validate_batch(_recrc(data))
     assert err.value.rule == "record_size"
+
+
+def test_header_keys_must_be_utf8_ascii_or_not():
+    """Validation checks every header key's UTF-8 without building the headers (issue 30):
+    ASCII and multi-byte keys pass, a key with invalid bytes fails with rule header_key, in
+    any record of the batch."""
+    recs = [(b"k", b"v", [("plain", b"1"), ("clé", b"2")], 1), (b"k", b"v", [("zz", b"3")], 1)]
+    data = encode_batch(recs)
+    assert as_tuples(validate_batch(data)) == as_tuples(decode_batches(data).__next__())
+    # "zz" in the second record becomes two bytes that are not UTF-8
+    at = data.rindex(b"zz")
+    bad = _recrc(data[:at] + b"\xff\xfe" + data[at + 2:])
+    with pytest.raises(CorruptRecordError) as err:
+        validate_batch(bad)
+    assert err.value.rule == "header_key"
+
+
+def test_unit_summary_reads_every_batch():
+    from kipproducer.records import split_unit, unit_summary
+
+    plain = encode_batch([(b"k", b"v" * 50, None, 5)] * 3, base_offset=0)
+    later = encode_batch([(b"k", b"v", None, 9)], base_offset=10)
+    packed = encode_batch([(b"k", b"v", None, 7)] * 2, base_offset=20, compression="gzip")
+    batches = split_unit(plain + later + packed, 1)
+    largest, records, newest, compressed = unit_summary(batches)
+    assert largest == max(b.size_in_bytes for b in batches) == len(plain)
+    assert (records, newest, compressed) == (6, 9, True)
+    assert unit_summary(batches[:2])[3] is False

@@ -64,6 +64,51 @@ cdef enum:
     RECORD_RESERVE = 21 + 10
 
 
+# One packed run of explicit offsets (docs/protocol.md §9): a RecordBatch of its own inside a
+# ProducerBatch's buffer. Kept in a C array, not as Python tuples: a copy of a compacted topic
+# has a run every one or two records, and a tuple of five ints per run was most of the
+# accumulator's allocations (and the garbage collections they set off).
+cdef struct RunInfo:
+    Py_ssize_t start       # header position in the batch's buffer
+    int32_t count          # records
+    int64_t base_offset
+    int64_t base_ts
+    int64_t max_ts
+
+
+cdef struct RunList:
+    RunInfo *items
+    Py_ssize_t size
+    Py_ssize_t capacity
+
+
+cdef int runlist_push(RunList *runs, Py_ssize_t start, int32_t count, int64_t base_offset,
+                      int64_t base_ts, int64_t max_ts) except -1:
+    cdef Py_ssize_t capacity
+    cdef RunInfo *grown
+    if runs.size == runs.capacity:
+        capacity = runs.capacity * 2 if runs.capacity else 16
+        grown = <RunInfo *>PyMem_Realloc(runs.items, capacity * sizeof(RunInfo))
+        if grown == NULL:
+            raise MemoryError()
+        runs.items = grown
+        runs.capacity = capacity
+    runs.items[runs.size].start = start
+    runs.items[runs.size].count = count
+    runs.items[runs.size].base_offset = base_offset
+    runs.items[runs.size].base_ts = base_ts
+    runs.items[runs.size].max_ts = max_ts
+    runs.size += 1
+    return 0
+
+
+cdef void runlist_free(RunList *runs) noexcept:
+    PyMem_Free(runs.items)
+    runs.items = NULL
+    runs.size = 0
+    runs.capacity = 0
+
+
 cdef inline object last_run_opaque(list runs):
     # Indexing is explicit: the module compiles with wraparound=False, so runs[-1] is not
     # "the last one" here.
@@ -317,10 +362,10 @@ cdef class ProducerBatch:
     # the batch later only checksums its 40 header bytes.
     cdef uint32_t records_crc
     cdef bint has_records_crc
-    # Packed runs of offsets (docs/protocol.md §9): None, or one entry per RecordBatch in ``buf``,
-    # (header position, records, base offset, base timestamp, max timestamp), each stamped
-    # with its own header and CRC and sequences continuing from one to the next.
-    cdef readonly list runs
+    # Packed runs of offsets (docs/protocol.md §9): empty, or one entry per RecordBatch in
+    # ``buf``, each stamped with its own header and CRC and sequences continuing from one to
+    # the next (``runs`` shows them as tuples).
+    cdef RunList run_list
     # Attribute bits kept from a forwarded source batch (the LogAppendTime bit: see
     # RecordAccumulator.append_fetched); 0 for the producer's own records.
     cdef readonly int16_t extra_attributes
@@ -335,6 +380,26 @@ cdef class ProducerBatch:
 
     def __dealloc__(self):
         pool_give(&self.buf)
+        runlist_free(&self.run_list)
+
+    @property
+    def run_count(self):
+        """How many packed runs of offsets the batch holds (0: it is one RecordBatch)."""
+        return self.run_list.size
+
+    @property
+    def runs(self):
+        """None, or one (header position, records, base offset, base timestamp, max
+        timestamp) per packed run of offsets (a RecordBatch of its own in the buffer)."""
+        cdef Py_ssize_t i
+        cdef RunInfo *r
+        if self.run_list.size == 0:
+            return None
+        out = []
+        for i in range(self.run_list.size):
+            r = &self.run_list.items[i]
+            out.append((r.start, r.count, r.base_offset, r.base_ts, r.max_ts))
+        return out
 
     def __getbuffer__(self, Py_buffer *view, int flags):
         if not self.finished:
@@ -378,19 +443,21 @@ cdef class ProducerBatch:
 
     @property
     def last_offset(self):
-        if self.runs is not None:
-            run = self.runs[len(self.runs) - 1]
-            return run[2] + run[1] - 1
+        cdef RunInfo *run
+        if self.run_list.size:
+            run = &self.run_list.items[self.run_list.size - 1]
+            return run.base_offset + run.count - 1
         return self.base_offset + self.record_count - 1
 
     def record_offset(self, Py_ssize_t index):
         """The offset record ``index`` of this batch was given (explicit or expected)."""
-        if self.runs is None:
+        cdef Py_ssize_t i
+        if self.run_list.size == 0:
             return self.base_offset + index
-        for run in self.runs:
-            if index < run[1]:
-                return run[2] + index
-            index -= run[1]
+        for i in range(self.run_list.size):
+            if index < self.run_list.items[i].count:
+                return self.run_list.items[i].base_offset + index
+            index -= self.run_list.items[i].count
         raise IndexError("record index past the batch")
 
     @property
@@ -414,22 +481,24 @@ cdef class ProducerBatch:
     cdef int _finish_runs(self, BatchFields *f) except -1:
         """Write every run's header and CRC in place: f has the producer fields and the
         first run's base sequence."""
-        cdef Py_ssize_t i, start, end
+        cdef Py_ssize_t i, end
         cdef int32_t sequence = f.base_sequence
+        cdef RunInfo *run
+        cdef Py_ssize_t n = self.run_list.size
         if self._exports:
             raise BufferError("cannot re-stamp a batch whose bytes are being read")
-        for i in range(len(self.runs)):
-            start, count, base_offset, base_ts, max_ts = self.runs[i]
-            end = self.runs[i + 1][0] if i + 1 < len(self.runs) else self.buf.size
-            f.base_offset = base_offset
-            f.last_offset_delta = count - 1
-            f.base_timestamp = base_ts
-            f.max_timestamp = max_ts
-            f.records_count = count
+        for i in range(n):
+            run = &self.run_list.items[i]
+            end = self.run_list.items[i + 1].start if i + 1 < n else self.buf.size
+            f.base_offset = run.base_offset
+            f.last_offset_delta = run.count - 1
+            f.base_timestamp = run.base_ts
+            f.max_timestamp = run.max_ts
+            f.records_count = run.count
             f.base_sequence = sequence
-            write_batch_header(self.buf.data + start, f, end - start)
+            write_batch_header(self.buf.data + run.start, f, end - run.start)
             if sequence >= 0:
-                sequence = increment_sequence(sequence, count)
+                sequence = increment_sequence(sequence, run.count)
         self.finished = True
         return 0
 
@@ -437,7 +506,7 @@ cdef class ProducerBatch:
         """Compress (first time only) and write header + CRC in place."""
         cdef bytes packed
         cdef Py_ssize_t n
-        if self.runs is not None:
+        if self.run_list.size:
             return self._finish_runs(f)
         if self._exports:
             raise BufferError("cannot re-stamp a batch whose bytes are being read")
@@ -474,7 +543,7 @@ cdef class PartitionState:
     # packed runs (docs/protocol.md §9): the open batch's earlier runs of explicit offsets, each
     # its own RecordBatch in ``buf`` (see ProducerBatch.runs); count, base_offset, base_ts and
     # max_ts above are the current run's
-    cdef list runs
+    cdef RunList runs
     cdef Py_ssize_t run_start          # header position of the current run
     cdef int32_t unit_count            # records in the earlier runs
     # explicit offsets: the last one appended, for the strictly-increasing rule
@@ -495,6 +564,7 @@ cdef class PartitionState:
 
     def __dealloc__(self):
         bytebuf_free(&self.buf)
+        runlist_free(&self.runs)
 
     @property
     def open_records(self):
@@ -620,7 +690,7 @@ cdef class RecordAccumulator:
         """Move the open batch to the partition's ready queue."""
         cdef ProducerBatch b
         cdef unsigned char *fitted
-        cdef Py_ssize_t b_size
+        cdef Py_ssize_t b_size, i
         if st.count == 0:
             return 0
         if st.buf.capacity - st.buf.size > SHRINK_SLACK and st.buf.size * 4 < st.buf.capacity:
@@ -653,15 +723,20 @@ cdef class RecordAccumulator:
         b.max_timestamp = st.max_ts
         b.opaque_runs = st.opaque_runs
         b.codec = self.codec
-        if st.runs is not None:
-            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
-            b.runs = st.runs
+        if st.runs.size:
+            runlist_push(&st.runs, st.run_start, st.count, st.base_offset, st.base_ts,
+                         st.max_ts)
+            b.run_list = st.runs                # ownership moves to the batch
+            st.runs.items = NULL
+            st.runs.size = 0
+            st.runs.capacity = 0
             b.record_count = st.count + st.unit_count
-            first = st.runs[0]
-            b.base_offset = first[2]
-            b.first_timestamp = first[3]
-            b.max_timestamp = max([run[4] for run in st.runs])
-            st.runs = None
+            b.base_offset = b.run_list.items[0].base_offset
+            b.first_timestamp = b.run_list.items[0].base_ts
+            b.max_timestamp = b.run_list.items[0].max_ts
+            for i in range(1, b.run_list.size):
+                if b.run_list.items[i].max_ts > b.max_timestamp:
+                    b.max_timestamp = b.run_list.items[i].max_ts
             st.unit_count = 0
             st.run_start = 0
         elif b.codec == 0:
@@ -734,9 +809,8 @@ cdef class RecordAccumulator:
         if new_run:
             # The current run becomes one of the batch's earlier runs; the new one gets a
             # header of its own (written at drain, with the producer fields).
-            if st.runs is None:
-                st.runs = []
-            st.runs.append((st.run_start, st.count, st.base_offset, st.base_ts, st.max_ts))
+            runlist_push(&st.runs, st.run_start, st.count, st.base_offset, st.base_ts,
+                         st.max_ts)
             st.unit_count += st.count
             bytebuf_reserve(&st.buf, BATCH_HEADER_SIZE + wire)
             st.run_start = st.buf.size
@@ -1866,14 +1940,14 @@ def report_runs(ProducerBatch batch not None, Py_ssize_t start, Py_ssize_t end, 
     """One ``callback(error, BatchDelivery)`` per run of records start..end-1 of a batch
     packed with runs of offsets (each run a Kafka batch); ``placed``: the broker took them
     (offsets known), else every offset is -1. Returns how many callbacks ran."""
-    cdef Py_ssize_t run_first = 0, lo, hi, count, served = 0
+    cdef Py_ssize_t run_first = 0, lo, hi, count, served = 0, i
     cdef int64_t base
-    for run in batch.runs:
-        count = run[1]
+    for i in range(batch.run_list.size):
+        count = batch.run_list.items[i].count
         lo = start if start > run_first else run_first
         hi = end if end < run_first + count else run_first + count
         if lo < hi:
-            base = run[2]
+            base = batch.run_list.items[i].base_offset
             callback(error, new_report(batch.topic, batch.partition,
                                        base + lo - run_first if placed else -1, hi - lo, error))
             served += 1

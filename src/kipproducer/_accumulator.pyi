@@ -39,6 +39,7 @@ class ProducerBatch:
     finished: bool
     attempts: int
     runs: list[tuple[int, int, int, int, int]] | None
+    run_count: int
     def record_offset(self, index: int) -> int: ...
     @property
     def data(self) -> memoryview: ...

@@ -34,6 +34,7 @@ from ._records import (
     set_base_offset,
     set_partition_leader_epoch,
     split_unit,
+    unit_summary,
     validate_batch,
 )
 from ._records import LOG_OVERHEAD_ as LOG_OVERHEAD
@@ -63,5 +64,6 @@ __all__ = [
     "set_base_offset",
     "set_partition_leader_epoch",
     "split_unit",
+    "unit_summary",
     "validate_batch",
 ]

@@ -12,7 +12,7 @@ and the rules that bind them together); the produce handler adds the topic's rul
 
 from __future__ import annotations
 
-from kipproducer.records import Batch
+from kipproducer.records import Batch, unit_summary
 
 
 class BatchUnit:
@@ -39,9 +39,8 @@ class BatchUnit:
         self.producer_id = first.producer_id
         self.producer_epoch = first.producer_epoch
         self.base_sequence = first.base_sequence
-        self.record_count = sum(batch.record_count for batch in batches)
+        _, self.record_count, self.max_timestamp, _ = unit_summary(batches)  # one C pass
         self.is_transactional = first.is_transactional
-        self.max_timestamp = max(batch.max_timestamp for batch in batches)
 
     @property
     def last_offset_delta(self) -> int:

@@ -845,10 +845,11 @@ class Engine:
             if mode == ProduceMode.USE_OFFSETS:
                 # Later batches pack their runs of offsets as the leader allows (§9).
                 self.acc.pack_runs = units
-            if supported and batch.runs is not None and not units:
+            # (run_count, not runs: that builds a tuple per run, and this runs per batch)
+            if supported and batch.run_count and not units:
                 error = kafka_error(
                     KafkaError._UNSUPPORTED_FEATURE,
-                    f"a batch of {len(batch.runs)} runs of offsets was packed for a broker "
+                    f"a batch of {batch.run_count} runs of offsets was packed for a broker "
                     f"that takes several per request (KIP-WIRE version 2), but broker "
                     f"{conn.node_id} ({conn.host}:{conn.port}) advertises {feature!r} "
                     "version 1 only; nothing was sent", mode=mode)

@@ -1,0 +1,181 @@
+"""Side-by-side over TLS (issue 29): confluent-kafka's produce() loop and produce_batch against
+kipproducer's produce_batch and produce_arrays, each over plaintext and over TLS to the same
+`kip broker` (one PLAINTEXT and one SSL listener), in one run.
+
+The certificates are made for the run with trustme (a CA and the broker's certificate for
+127.0.0.1; the clients check the broker's certificate against the CA). Every contender runs
+over both listeners, with a delivery callback per record (produce_arrays: per batch) and
+without any, in every round, interleaved, each in its own process to a fresh topic, through
+bench/side_by_side_producer.py's run (same records, settings and checks).
+
+    python bench/side_by_side_tls.py [--records N] [--repeat R] [--chunk N]
+        [--write bench/RESULTS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench_support import (
+    broker_data_dir,
+    load_average,
+    start_kip_broker_with,
+    versions,
+)
+from side_by_side_producer import (
+    CONTENDERS,
+    KEY_SIZE,
+    VALUE_SIZE,
+    mode_words,
+    run_child,
+)
+
+HEADING = "## Producer lanes over TLS (issue 29)"
+TRANSPORTS = ["plaintext", "TLS"]
+MODES = [True, False]  # with per-record callbacks, without
+
+
+def make_certs(directory: Path) -> tuple[Path, Path]:
+    """A CA and the broker's key + certificate chain for 127.0.0.1: (ca.pem, broker.pem)."""
+    import trustme
+
+    ca = trustme.CA(organization_name="kip bench CA")
+    server = ca.issue_cert("127.0.0.1", "localhost", common_name="broker")
+    ca_pem, broker_pem = directory / "ca.pem", directory / "broker.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    server.private_key_and_cert_chain_pem.write_to_path(str(broker_pem))
+    return ca_pem, broker_pem
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--chunk", type=int, default=10_000,
+                    help="records per produce_batch / produce_arrays call (default 10000)")
+    ap.add_argument("--write", metavar="PATH")
+    args = ap.parse_args(argv)
+    n = args.records
+
+    load0 = load_average()
+    cert_dir = Path(tempfile.mkdtemp(prefix="kip-bench-tls-"))
+    ca_pem, broker_pem = make_certs(cert_dir)
+    data_dir, data_where = broker_data_dir("kip-bench-tls-")
+    proc, listeners = start_kip_broker_with(data_dir, {
+        "listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(broker_pem)})
+    plain = listeners["PLAINTEXT"]
+    tls_config = {"security.protocol": "SSL", "ssl.ca.location": str(ca_pem)}
+    jobs = [(transport, name, mode) for transport in TRANSPORTS for name in CONTENDERS
+            for mode in MODES]
+    results: dict[tuple[str, str, bool], list[dict]] = {job: [] for job in jobs}
+    t_run = time.perf_counter()
+    try:
+        for rnd in range(args.repeat):
+            for number, (transport, name, mode) in enumerate(jobs):  # interleaved
+                tls = transport == "TLS"
+                result = run_child(name, plain, f"tls-{number}-{rnd}", n,
+                                   bootstrap=listeners["SSL"] if tls else plain,
+                                   callbacks=mode, chunk=args.chunk,
+                                   client_config=tls_config if tls else None)
+                results[(transport, name, mode)].append(result)
+                print(f"{transport:9s} {name:24s} {'cb' if mode else 'no cb':5s} "
+                      f"{n / result['seconds'] / 1e6:6.2f} M rec/s cpu {result['cpu']:.2f} s",
+                      file=sys.stderr)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(cert_dir, ignore_errors=True)
+    took = time.perf_counter() - t_run
+    load1 = load_average()
+
+    def rate(transport: str, name: str, mode: bool) -> float:
+        return n / statistics.median(r["seconds"] for r in results[(transport, name, mode)])
+
+    def per_round(transport: str, name: str, mode: bool, other: str,
+                  other_mode: bool | None = None) -> list[float]:
+        other_runs = results[(transport, other, mode if other_mode is None else other_mode)]
+        return [o["seconds"] / r["seconds"] for r, o in zip(
+            results[(transport, name, mode)], other_runs, strict=True)]
+
+    from results_file import machine
+
+    lines = [
+        HEADING, "",
+        f"Command: `python bench/side_by_side_tls.py --records {n} --repeat {args.repeat} "
+        f"--chunk {args.chunk}` (median of {args.repeat} rounds, every run in its own process; "
+        f"whole run {took:.0f} s).",
+        f"Machine: {machine()}; client and `kip broker` share it, on loopback; the broker's "
+        f"data dir {data_where}. /proc/loadavg before: {load0}; after: {load1}.",
+        f"Versions: {versions()}.",
+        "Broker: one `kip broker` with a PLAINTEXT listener and an SSL listener "
+        "(`listeners=SSL://127.0.0.1:0`, a PEM keystore made for the run with trustme); the "
+        "TLS clients set security.protocol=SSL and ssl.ca.location (the broker's certificate "
+        "is verified).",
+        f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values "
+        f"(produce_batch's dicts also carry one header and partition=0), {args.chunk:,} records "
+        "per produce_batch / produce_arrays call, acks=all, enable.idempotence=true, "
+        "linger.ms=5, 1 partition, each run to its own fresh topic. Every contender runs over "
+        "both listeners, with a delivery callback per record (produce_arrays: one report per "
+        "batch) and without any (produce_batch's errors read from _error when it queues fewer "
+        "than given; the topic's high watermark checked after the run), all interleaved in "
+        "every round. Timed from the first call to flush() returning; CPU is the contender's "
+        "process.",
+        "",
+        "| lane | callbacks | plaintext records/s | TLS records/s | TLS / plaintext | TLS CPU s "
+        "per 1M records |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name in CONTENDERS:
+        for mode in MODES:
+            p_rate, t_rate = rate("plaintext", name, mode), rate("TLS", name, mode)
+            cpu = statistics.median(r["cpu"] for r in results[("TLS", name, mode)]) * 1e6 / n
+            lines.append(f"| {name} | {'yes' if mode else 'no'} | {p_rate / 1e6:.2f} M | "
+                         f"{t_rate / 1e6:.2f} M | {t_rate / p_rate:.2f} | {cpu:.2f} |")
+    lines.append("")
+    confluent = [name for name in CONTENDERS if name.startswith("confluent")]
+    for transport in TRANSPORTS:
+        for mode in MODES:
+            ratios = per_round(transport, "kip produce_batch", mode, "confluent produce_batch")
+            median = statistics.median(ratios)
+            lines.append(
+                f"- {transport}, {mode_words(mode)}: kip produce_batch / confluent "
+                "produce_batch per round " + ", ".join(f"{r:.2f}x" for r in ratios)
+                + f"; median {median:.2f}x (target 2x: {'met' if median >= 2 else 'NOT met'}).")
+        # produce_arrays against confluent's best lane of the same round, whichever lane and
+        # way of calling it was (the fastest confluent run of the round).
+        best = []
+        for rnd in range(args.repeat):
+            best.append(min(results[(transport, name, mode)][rnd]["seconds"]
+                            for name in confluent for mode in MODES))
+        for mode in MODES:
+            ratios = [b / r["seconds"] for r, b in zip(
+                results[(transport, "kip produce_arrays", mode)], best, strict=True)]
+            median = statistics.median(ratios)
+            way = "with a report per batch" if mode else "without callbacks"
+            lines.append(
+                f"- {transport}, kip produce_arrays {way} / confluent's best lane "
+                "of the round (any lane, with or without callbacks): per round "
+                + ", ".join(f"{r:.2f}x" for r in ratios) + f"; median {median:.2f}x (target "
+                f"4x: {'met' if median >= 4 else 'NOT met'}).")
+    section = "\n".join(lines) + "\n"
+    print(section)
+    if args.write:
+        from results_file import replace_section
+
+        replace_section(args.write, HEADING, section)
+
+
+if __name__ == "__main__":
+    main()
