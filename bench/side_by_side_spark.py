@@ -27,8 +27,11 @@ Spark materialises (a ``noop`` write):
 With ``--masters local[1],local[2]`` the whole table is measured for each master (a new
 SparkSession each) and a last table gives local[2] over local[1] per contender.
 
+With ``--readers-only`` (issue 25) the rows are written once (write_ordered: no transaction
+markers) and only the two readers are measured, alternating, under their own heading.
+
 Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
-       [--masters local[2]] [--write bench/RESULTS.md]
+       [--masters local[2]] [--readers-only] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from bench_support import broker_data_dir, start_kip_broker
 from results_file import machine, replace_section
 
 HEADING = "## Spark: the kip sink vs foreachPartition with confluent-kafka (issue 14)"
+READERS_HEADING = ("## Spark source: Fetch + Arrow decoding in C vs a foreachPartition "
+                   "confluent Consumer (issue 25)")
 PARTITIONS = 6
 CONFLUENT = "confluent foreachPartition"
 KIP = "kip sink (transactional)"
@@ -187,6 +192,82 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
     return times
 
 
+def measure_readers(master: str, records: int, repeat: int,
+                    bootstrap: str) -> dict[str, list[float]]:
+    """Seconds per run of each reader of one topic of ``records`` rows (written once)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from pyspark.sql import functions as F
+
+    from kipproducer import spark as kip_spark
+
+    spark = kip_spark.session(master, "kip-bench", {
+        "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "8"})
+    times: dict[str, list[float]] = {name: [] for name in READERS}
+    try:
+        topic = f"readers-{records}-{int(time.time())}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+        df = (spark.range(0, records, numPartitions=8)
+              .select(F.format_string("key-%08d", "id").cast("binary").alias("key"),
+                      F.expr("cast(repeat(cast(id % 10 as string), 100) as binary)")
+                      .alias("value")))
+        started = time.perf_counter()
+        kip_spark.write_ordered(df, topic, {"kafka.bootstrap.servers": bootstrap})
+        print(f"loaded {records:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
+        for r in range(repeat + 1):
+            for name in READERS:
+                if name == CONSUMER:
+                    read = confluent_read(spark, bootstrap, topic)
+                else:
+                    read = (spark.read.format("kip")
+                            .option("kafka.bootstrap.servers", bootstrap)
+                            .option("subscribe", topic).load())
+                started = time.perf_counter()
+                read.write.format("noop").mode("overwrite").save()
+                report(master, r, name, records, time.perf_counter() - started, times)
+            if r == 0:  # the row count once, outside the timing
+                for name in READERS:
+                    read = (confluent_read(spark, bootstrap, topic) if name == CONSUMER else
+                            spark.read.format("kip").option("kafka.bootstrap.servers",
+                                                            bootstrap)
+                            .option("subscribe", topic).load())
+                    found = read.count()
+                    if found != records:
+                        raise SystemExit(f"{name}: read {found} rows, expected {records}")
+    finally:
+        spark.stop()
+    return times
+
+
+def readers_section(args, results: dict[str, dict[str, list[float]]], where: str) -> str:
+    import pyarrow
+    import pyspark
+
+    lines = [READERS_HEADING, "",
+             f"{args.records:,} rows (12-byte keys, 100-byte values) in a 6-partition topic on "
+             f"one `kip broker` (data dir {where}), written once with write_ordered, then read "
+             "into a DataFrame Spark materialises (a `noop` write), one task per Kafka "
+             f"partition; one warm-up round, then {args.repeat} alternating runs each, median; "
+             f"`python bench/side_by_side_spark.py --readers-only --records {args.records} "
+             f"--repeat {args.repeat} --masters {args.masters}`. pyspark {pyspark.__version__}, "
+             f"pyarrow {pyarrow.__version__}. Machine: {machine()}.", ""]
+    for master, times in results.items():
+        cores = re.match(r"local\[(\d+)", master)
+        lines += [f"Spark `{master}`:", "",
+                  "| reader | rows/s (median) | vs confluent | rows/s per core |",
+                  "|---|---|---|---|"]
+        base = statistics.median(times[CONSUMER])
+        for name in READERS:
+            median = statistics.median(times[name])
+            per_core = (f"{args.records / median / int(cores.group(1)):,.0f}" if cores
+                        else "-")
+            lines.append(f"| {name} | {args.records / median:,.0f} | {base / median:.2f}x | "
+                         f"{per_core} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def report(master: str, r: int, name: str, records: int, elapsed: float,
            times: dict[str, list[float]]) -> None:
     if r == 0:
@@ -204,6 +285,8 @@ def main() -> None:
     parser.add_argument("--masters", default="local[2]",
                         help="comma list of Spark masters, each measured on its own session "
                         "(local[1],local[2] for the scaling table)")
+    parser.add_argument("--readers-only", action="store_true",
+                        help="measure only the two readers of one topic (issue 25's table)")
     parser.add_argument("--write", metavar="RESULTS_MD")
     args = parser.parse_args()
     # commas inside brackets (local[2,4]) belong to the master
@@ -218,12 +301,19 @@ def main() -> None:
     results: dict[str, dict[str, list[float]]] = {}
     try:
         for master in masters:
-            results[master] = measure(master, args.records, args.repeat, bootstrap)
+            run = measure_readers if args.readers_only else measure
+            results[master] = run(master, args.records, args.repeat, bootstrap)
     finally:
         broker.terminate()
         broker.wait(30)
         shutil.rmtree(data_dir, ignore_errors=True)
 
+    if args.readers_only:
+        section = readers_section(args, results, where)
+        print(section)
+        if args.write:
+            replace_section(args.write, READERS_HEADING, section)
+        return
     guarantees = {CONFLUENT: "at least once", KIP: "exactly once (read_committed)",
                   ORDERED: "exactly once (every reader)", CONSUMER: "-",
                   SOURCE: "-"}
