@@ -27,8 +27,8 @@ Spark materialises (a ``noop`` write):
 With ``--masters local[1],local[2]`` the whole table is measured for each master (a new
 SparkSession each) and a last table gives local[2] over local[1] per contender.
 
-With ``--readers-only`` (issue 25) the rows are written once (write_ordered: no transaction
-markers) and only the two readers are measured, alternating, under their own heading.
+With ``--readers-only`` (issue 25) the rows are written once (by a confluent Producer: no
+transaction markers) and only the two readers are measured, alternating, under their own heading.
 
 Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
        [--masters local[2]] [--readers-only] [--write bench/RESULTS.md]
@@ -192,11 +192,30 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
     return times
 
 
+def load(bootstrap: str, topic: str, records: int) -> None:
+    """The rows of the write benchmark (key-%08d, 100 bytes of one digit), round robin over
+    the partitions, by one confluent Producer in this process (Spark's write paths cost
+    minutes per million rows on a loaded 2-core machine, and are not what is measured)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                  "log_level": 3})
+    values = [str(d).encode() * 100 for d in range(10)]
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, values[i % 10], b"key-%08d" % i, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(300):
+        raise SystemExit("loading the topic: records not delivered")
+
+
 def measure_readers(master: str, records: int, repeat: int,
                     bootstrap: str) -> dict[str, list[float]]:
     """Seconds per run of each reader of one topic of ``records`` rows (written once)."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pyspark.sql import functions as F
 
     from kipproducer import spark as kip_spark
 
@@ -208,12 +227,8 @@ def measure_readers(master: str, records: int, repeat: int,
         topic = f"readers-{records}-{int(time.time())}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-        df = (spark.range(0, records, numPartitions=8)
-              .select(F.format_string("key-%08d", "id").cast("binary").alias("key"),
-                      F.expr("cast(repeat(cast(id % 10 as string), 100) as binary)")
-                      .alias("value")))
         started = time.perf_counter()
-        kip_spark.write_ordered(df, topic, {"kafka.bootstrap.servers": bootstrap})
+        load(bootstrap, topic, records)
         print(f"loaded {records:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
         for r in range(repeat + 1):
             for name in READERS:
@@ -246,8 +261,8 @@ def readers_section(args, results: dict[str, dict[str, list[float]]], where: str
 
     lines = [READERS_HEADING, "",
              f"{args.records:,} rows (12-byte keys, 100-byte values) in a 6-partition topic on "
-             f"one `kip broker` (data dir {where}), written once with write_ordered, then read "
-             "into a DataFrame Spark materialises (a `noop` write), one task per Kafka "
+             f"one `kip broker` (data dir {where}), written once by a confluent Producer, "
+             "then read into a DataFrame Spark materialises (a `noop` write), one task per Kafka "
              f"partition; one warm-up round, then {args.repeat} alternating runs each, median; "
              f"`python bench/side_by_side_spark.py --readers-only --records {args.records} "
              f"--repeat {args.repeat} --masters {args.masters}`. pyspark {pyspark.__version__}, "
