@@ -30,8 +30,11 @@ SparkSession each) and a last table gives local[2] over local[1] per contender.
 With ``--readers-only`` (issue 25) the rows are written once (by a confluent Producer: no
 transaction markers) and only the two readers are measured, alternating, under their own heading.
 
+``--raw-reader`` runs only the source's task code (kipproducer.spark.fetch_read.read_range)
+in this process, without Spark, and prints its rate per CPU-second.
+
 Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
-       [--masters local[2]] [--readers-only] [--write bench/RESULTS.md]
+       [--masters local[2]] [--readers-only | --raw-reader] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -212,6 +215,36 @@ def load(bootstrap: str, topic: str, records: int) -> None:
         raise SystemExit("loading the topic: records not delivered")
 
 
+def raw_reader(bootstrap: str, records: int, repeat: int) -> None:
+    """The kip source's task code without Spark: fetch_read.read_range over every partition
+    of a loaded topic in this process, wall time and this process's CPU time (the broker is
+    another process), printed."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kipproducer.spark.fetch_read import read_range
+    from kipproducer.spark.source import OffsetRange
+
+    topic = f"raw-{records}-{int(time.time())}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    load(bootstrap, topic, records)
+    ends = [len(range(p, records, PARTITIONS)) for p in range(PARTITIONS)]
+    for r in range(repeat + 1):
+        wall, cpu, rows = time.perf_counter(), time.process_time(), 0
+        for p in range(PARTITIONS):
+            for batch in read_range({"bootstrap.servers": bootstrap},
+                                    OffsetRange(topic, p, 0, ends[p]),
+                                    isolation="read_uncommitted", include_headers=False,
+                                    fail_on_data_loss=True, poll_timeout_s=60):
+                rows += batch.num_rows
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if rows != records:
+            raise SystemExit(f"raw reader: {rows} rows, expected {records}")
+        print(f"{'warm-up' if r == 0 else f'run {r}'} kip reader without Spark: "
+              f"{rows / wall:,.0f} rows/s wall, {rows / cpu:,.0f} rows per CPU-second "
+              f"({wall:.2f} s wall, {cpu:.2f} s CPU)", flush=True)
+
+
 def measure_readers(master: str, records: int, repeat: int,
                     bootstrap: str) -> dict[str, list[float]]:
     """Seconds per run of each reader of one topic of ``records`` rows (written once)."""
@@ -302,6 +335,8 @@ def main() -> None:
                         "(local[1],local[2] for the scaling table)")
     parser.add_argument("--readers-only", action="store_true",
                         help="measure only the two readers of one topic (issue 25's table)")
+    parser.add_argument("--raw-reader", action="store_true",
+                        help="only the source's task code without Spark (printed)")
     parser.add_argument("--write", metavar="RESULTS_MD")
     args = parser.parse_args()
     # commas inside brackets (local[2,4]) belong to the master
@@ -315,6 +350,9 @@ def main() -> None:
     broker, bootstrap = start_kip_broker(data_dir)
     results: dict[str, dict[str, list[float]]] = {}
     try:
+        if args.raw_reader:
+            raw_reader(bootstrap, args.records, args.repeat)
+            return
         for master in masters:
             run = measure_readers if args.readers_only else measure
             results[master] = run(master, args.records, args.repeat, bootstrap)
