@@ -13,8 +13,7 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 from mirror_support import unique
 
-from kipproducer.spark.options import OptionError
-from kipproducer.spark.source import cap, parse_duration
+from kipproducer.spark.source import cap
 
 BASE_MS = 1_700_000_000_000
 
@@ -111,55 +110,12 @@ def test_offsets_by_timestamp(spark, source) -> None:
         read(maxOffsetsPerTrigger="10")
 
 
-def test_min_offsets_per_trigger_waits_for_enough_or_the_delay(spark, source, tmp_path) -> None:
-    """minOffsetsPerTrigger=100: 300 offsets make a micro-batch; 40 more wait (triggers
-    every 0.2 s see too few) until 80 more arrive; then 30 more wait for maxTriggerDelay."""
-    import time
 
-    topic = create(source.bootstrap_servers, unique("minoffsets"), 3)
-    produce_timed(source.bootstrap_servers, topic, 300, 3)
-    sizes: list[int] = []
+@pytest.mark.parametrize("name", ["minOffsetsPerTrigger", "maxTriggerDelay"])
+def test_options_not_supported_yet_are_refused_by_name(name) -> None:
+    from kipproducer.spark.options import OptionError
+    from kipproducer.spark.source import ReadPlan
 
-    def batch(df, batch_id) -> None:
-        n = df.count()
-        if n:
-            sizes.append(n)
-
-    def wait_for(count: int, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while len(sizes) < count:
-            assert query.exception() is None, query.exception()
-            assert time.monotonic() < deadline, sizes
-            time.sleep(0.2)
-
-    query = (spark.readStream.format("kip")
-             .option("kafka.bootstrap.servers", source.bootstrap_servers)
-             .option("subscribe", topic).option("startingOffsets", "earliest")
-             .option("minOffsetsPerTrigger", "100").option("maxTriggerDelay", "6s").load()
-             .writeStream.foreachBatch(batch)
-             .option("checkpointLocation", str(tmp_path / "checkpoint"))
-             .trigger(processingTime="200 milliseconds").start())
-    try:
-        wait_for(1)
-        assert sizes == [300]
-        produce_timed(source.bootstrap_servers, topic, 40, 3)
-        time.sleep(2)  # ten triggers, each with 40 new offsets: fewer than 100, no batch
-        assert sizes == [300]
-        produce_timed(source.bootstrap_servers, topic, 80, 3)
-        wait_for(2)
-        assert sizes == [300, 120]
-        produce_timed(source.bootstrap_servers, topic, 30, 3)
-        waited = time.monotonic()
-        wait_for(3)
-        assert sizes == [300, 120, 30]
-        assert time.monotonic() - waited > 3  # held back until maxTriggerDelay (6 s)
-    finally:
-        query.stop()
-
-
-def test_durations_as_spark_writes_them() -> None:
-    assert [parse_duration(d, "maxTriggerDelay") for d in ("15m", "30s", "500ms", "2h", "250")] \
-        == [900.0, 30.0, 0.5, 7200.0, 0.25]
-    for bad in ("soon", "-1s", "5 parsecs"):
-        with pytest.raises(OptionError, match="maxTriggerDelay' must be a duration"):
-            parse_duration(bad, "maxTriggerDelay")
+    with pytest.raises(OptionError, match=f"option '{name}' is not supported yet"):
+        ReadPlan({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", name: "10"},
+                 streaming=True)

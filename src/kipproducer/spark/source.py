@@ -115,20 +115,9 @@ class ReadPlan:
                             if "maxoffsetspertrigger" in opts else None)
         if self.max_offsets is not None and not streaming:
             raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
-        # minOffsetsPerTrigger: a trigger with fewer new offsets waits (no micro-batch),
-        # until maxTriggerDelay has passed since the last micro-batch (Spark's semantics).
-        self.min_offsets = (parse_int(opts, "minOffsetsPerTrigger", 0, 1)
-                            if "minoffsetspertrigger" in opts else None)
-        if self.min_offsets is not None and not streaming:
-            raise OptionError("option 'minOffsetsPerTrigger' is for streaming queries only")
-        if "maxtriggerdelay" in opts and not streaming:
-            raise OptionError("option 'maxTriggerDelay' is for streaming queries only")
-        self.max_trigger_delay_s = parse_duration(opts.get("maxtriggerdelay", "15m"),
-                                                  "maxTriggerDelay")
-        if (self.min_offsets is not None and self.max_offsets is not None
-                and self.min_offsets > self.max_offsets):
-            raise OptionError("option 'minOffsetsPerTrigger' must not be greater than "
-                              "'maxOffsetsPerTrigger'")
+        for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name.lower() in opts:  # an option silently ignored would read too early
+                raise OptionError(f"option '{name}' is not supported yet (docs/spark.md)")
 
     def _timestamps(self, one: str, each: str) -> int | dict[tuple[str, int], int] | None:
         """A timestamp (ms) for every partition, or one per partition, or None."""
@@ -298,19 +287,6 @@ class ReadPlan:
             if until > since:
                 ranges.append(OffsetRange(tp[0], tp[1], since, until))
         return split(ranges, self.min_partitions)
-
-
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
-                   "d": 86400.0}
-
-
-def parse_duration(raw: str, name: str) -> float:
-    """Seconds of a Spark duration such as 15m, 30s, 500ms, 1h (a bare number: ms)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
-    if match is None or match.group(2) not in ("", *_DURATION_UNITS):
-        raise OptionError(f"option '{name}' must be a duration like 15m, 30s or 500ms, got "
-                          f"{raw!r}")
-    return int(match.group(1)) * _DURATION_UNITS.get(match.group(2) or "ms", 0.001)
 
 
 def split(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
@@ -502,8 +478,6 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
         self.props = self.plan.props
         self.options = self.plan.options
         self.target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
-        # when the last micro-batch was planned (minOffsetsPerTrigger waits from there)
-        self.last_trigger = time.monotonic()
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read up to the ends as they are now, in as many micro-batches
@@ -536,13 +510,6 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
             if new:  # read from their first record (partitions()), so counted from there
                 since = {**since, **self.plan.list_offsets(new, EARLIEST)}
             latest = cap(since, latest, max_rows)
-        new_offsets = sum(max(0, o - since.get(tp, o)) for tp, o in latest.items())
-        if (self.plan.min_offsets is not None and self.target is None and start
-                and new_offsets < self.plan.min_offsets
-                and time.monotonic() - self.last_trigger < self.plan.max_trigger_delay_s):
-            return dict(start)  # nothing new for Spark: no micro-batch this trigger
-        if new_offsets:
-            self.last_trigger = time.monotonic()
         return offsets_json(latest)
 
     def partitions(self, start: dict, end: dict) -> Sequence[OffsetRange]:
