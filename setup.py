@@ -36,6 +36,8 @@ extensions = [
     accel("produce_wire"),
     accel("held_io"),
     accel("sender_lock"),
+    # the Spark source: fetched record batches decoded into Arrow buffers
+    accel("arrow_rows"),
 ]
 
 setup(

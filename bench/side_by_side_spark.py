@@ -27,8 +27,14 @@ Spark materialises (a ``noop`` write):
 With ``--masters local[1],local[2]`` the whole table is measured for each master (a new
 SparkSession each) and a last table gives local[2] over local[1] per contender.
 
+With ``--readers-only`` (issue 25) the rows are written once (by a confluent Producer: no
+transaction markers) and only the two readers are measured, alternating, under their own heading.
+
+``--raw-reader`` runs only the source's task code (kipproducer.spark.fetch_read.read_range)
+in this process, without Spark, and prints its rate per CPU-second.
+
 Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
-       [--masters local[2]] [--write bench/RESULTS.md]
+       [--masters local[2]] [--readers-only | --raw-reader] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ from bench_support import broker_data_dir, start_kip_broker
 from results_file import machine, replace_section
 
 HEADING = "## Spark: the kip sink vs foreachPartition with confluent-kafka (issue 14)"
+READERS_HEADING = ("## Spark source: Fetch + Arrow decoding in C vs a foreachPartition "
+                   "confluent Consumer (issue 25)")
 PARTITIONS = 6
 CONFLUENT = "confluent foreachPartition"
 KIP = "kip sink (transactional)"
@@ -187,6 +195,127 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
     return times
 
 
+def load(bootstrap: str, topic: str, records: int) -> None:
+    """The rows of the write benchmark (key-%08d, 100 bytes of one digit), round robin over
+    the partitions, by one confluent Producer in this process (Spark's write paths cost
+    minutes per million rows on a loaded 2-core machine, and are not what is measured)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1 << 20,
+                  "log_level": 3})
+    values = [str(d).encode() * 100 for d in range(10)]
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, values[i % 10], b"key-%08d" % i, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+    if p.flush(300):
+        raise SystemExit("loading the topic: records not delivered")
+
+
+def raw_reader(bootstrap: str, records: int, repeat: int) -> None:
+    """The kip source's task code without Spark: fetch_read.read_range over every partition
+    of a loaded topic in this process, wall time and this process's CPU time (the broker is
+    another process), printed."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kipproducer.spark.fetch_read import read_range
+    from kipproducer.spark.source import OffsetRange
+
+    topic = f"raw-{records}-{int(time.time())}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    load(bootstrap, topic, records)
+    ends = [len(range(p, records, PARTITIONS)) for p in range(PARTITIONS)]
+    for r in range(repeat + 1):
+        wall, cpu, rows = time.perf_counter(), time.process_time(), 0
+        for p in range(PARTITIONS):
+            for batch in read_range({"bootstrap.servers": bootstrap},
+                                    OffsetRange(topic, p, 0, ends[p]),
+                                    isolation="read_uncommitted", include_headers=False,
+                                    fail_on_data_loss=True, poll_timeout_s=60):
+                rows += batch.num_rows
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if rows != records:
+            raise SystemExit(f"raw reader: {rows} rows, expected {records}")
+        print(f"{'warm-up' if r == 0 else f'run {r}'} kip reader without Spark: "
+              f"{rows / wall:,.0f} rows/s wall, {rows / cpu:,.0f} rows per CPU-second "
+              f"({wall:.2f} s wall, {cpu:.2f} s CPU)", flush=True)
+
+
+def measure_readers(master: str, records: int, repeat: int,
+                    bootstrap: str) -> dict[str, list[float]]:
+    """Seconds per run of each reader of one topic of ``records`` rows (written once)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from kipproducer import spark as kip_spark
+
+    spark = kip_spark.session(master, "kip-bench", {
+        "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "8"})
+    times: dict[str, list[float]] = {name: [] for name in READERS}
+    try:
+        topic = f"readers-{records}-{int(time.time())}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+        started = time.perf_counter()
+        load(bootstrap, topic, records)
+        print(f"loaded {records:,} rows in {time.perf_counter() - started:.1f} s", flush=True)
+        for r in range(repeat + 1):
+            for name in READERS:
+                if name == CONSUMER:
+                    read = confluent_read(spark, bootstrap, topic)
+                else:
+                    read = (spark.read.format("kip")
+                            .option("kafka.bootstrap.servers", bootstrap)
+                            .option("subscribe", topic).load())
+                started = time.perf_counter()
+                read.write.format("noop").mode("overwrite").save()
+                report(master, r, name, records, time.perf_counter() - started, times)
+            if r == 0:  # the row count once, outside the timing
+                for name in READERS:
+                    read = (confluent_read(spark, bootstrap, topic) if name == CONSUMER else
+                            spark.read.format("kip").option("kafka.bootstrap.servers",
+                                                            bootstrap)
+                            .option("subscribe", topic).load())
+                    found = read.count()
+                    if found != records:
+                        raise SystemExit(f"{name}: read {found} rows, expected {records}")
+    finally:
+        spark.stop()
+    return times
+
+
+def readers_section(args, results: dict[str, dict[str, list[float]]], where: str) -> str:
+    import pyarrow
+    import pyspark
+
+    lines = [READERS_HEADING, "",
+             f"{args.records:,} rows (12-byte keys, 100-byte values) in a 6-partition topic on "
+             f"one `kip broker` (data dir {where}), written once by a confluent Producer, "
+             "then read into a DataFrame Spark materialises (a `noop` write), one task per Kafka "
+             f"partition; one warm-up round, then {args.repeat} alternating runs each, median; "
+             f"`python bench/side_by_side_spark.py --readers-only --records {args.records} "
+             f"--repeat {args.repeat} --masters {args.masters}`. pyspark {pyspark.__version__}, "
+             f"pyarrow {pyarrow.__version__}. Machine: {machine()}.", ""]
+    for master, times in results.items():
+        cores = re.match(r"local\[(\d+)", master)
+        lines += [f"Spark `{master}`:", "",
+                  "| reader | rows/s (median) | vs confluent | rows/s per core |",
+                  "|---|---|---|---|"]
+        base = statistics.median(times[CONSUMER])
+        for name in READERS:
+            median = statistics.median(times[name])
+            per_core = (f"{args.records / median / int(cores.group(1)):,.0f}" if cores
+                        else "-")
+            lines.append(f"| {name} | {args.records / median:,.0f} | {base / median:.2f}x | "
+                         f"{per_core} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def report(master: str, r: int, name: str, records: int, elapsed: float,
            times: dict[str, list[float]]) -> None:
     if r == 0:
@@ -204,6 +333,10 @@ def main() -> None:
     parser.add_argument("--masters", default="local[2]",
                         help="comma list of Spark masters, each measured on its own session "
                         "(local[1],local[2] for the scaling table)")
+    parser.add_argument("--readers-only", action="store_true",
+                        help="measure only the two readers of one topic (issue 25's table)")
+    parser.add_argument("--raw-reader", action="store_true",
+                        help="only the source's task code without Spark (printed)")
     parser.add_argument("--write", metavar="RESULTS_MD")
     args = parser.parse_args()
     # commas inside brackets (local[2,4]) belong to the master
@@ -217,13 +350,23 @@ def main() -> None:
     broker, bootstrap = start_kip_broker(data_dir)
     results: dict[str, dict[str, list[float]]] = {}
     try:
+        if args.raw_reader:
+            raw_reader(bootstrap, args.records, args.repeat)
+            return
         for master in masters:
-            results[master] = measure(master, args.records, args.repeat, bootstrap)
+            run = measure_readers if args.readers_only else measure
+            results[master] = run(master, args.records, args.repeat, bootstrap)
     finally:
         broker.terminate()
         broker.wait(30)
         shutil.rmtree(data_dir, ignore_errors=True)
 
+    if args.readers_only:
+        section = readers_section(args, results, where)
+        print(section)
+        if args.write:
+            replace_section(args.write, READERS_HEADING, section)
+        return
     guarantees = {CONFLUENT: "at least once", KIP: "exactly once (read_committed)",
                   ORDERED: "exactly once (every reader)", CONSUMER: "-",
                   SOURCE: "-"}

@@ -18,7 +18,8 @@ import pytest
 import kipproducer
 
 PACKAGE = Path(kipproducer.__file__).resolve().parent
-COMPILED = ["_accumulator", "_crc32c", "_held_io", "_produce_wire", "_records", "_sender_lock"]
+COMPILED = ["_accumulator", "_arrow_rows", "_crc32c", "_held_io", "_produce_wire", "_records",
+            "_sender_lock"]
 
 _KINDS = {
     "posonlyargs": inspect.Parameter.POSITIONAL_ONLY,

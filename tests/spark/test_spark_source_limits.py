@@ -108,3 +108,14 @@ def test_offsets_by_timestamp(spark, source) -> None:
         read(startingOffsetsByTimestamp=json.dumps({topic: {"0": BASE_MS}}))
     with pytest.raises(Exception, match="maxOffsetsPerTrigger' is for streaming"):
         read(maxOffsetsPerTrigger="10")
+
+
+
+@pytest.mark.parametrize("name", ["minOffsetsPerTrigger", "maxTriggerDelay"])
+def test_options_not_supported_yet_are_refused_by_name(name) -> None:
+    from kipproducer.spark.options import OptionError
+    from kipproducer.spark.source import ReadPlan
+
+    with pytest.raises(OptionError, match=f"option '{name}' is not supported yet"):
+        ReadPlan({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", name: "10"},
+                 streaming=True)

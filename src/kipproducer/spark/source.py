@@ -132,6 +132,9 @@ class ReadPlan:
                             if "maxoffsetspertrigger" in opts else None)
         if self.max_offsets is not None and not streaming:
             raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
+        for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name.lower() in opts:  # an option silently ignored would read too early
+                raise OptionError(f"option '{name}' is not supported yet (docs/spark.md)")
 
     def _timestamps(self, one: str, each: str) -> int | dict[tuple[str, int], int] | None:
         """A timestamp (ms) for every partition, or one per partition, or None."""
@@ -358,7 +361,24 @@ def from_json(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int],
 
 def read_range(props: Mapping[str, str], options: Mapping[str, str],
                part: OffsetRange) -> Iterator[Any]:
-    """Arrow batches of the records of ``part``, in offset order."""
+    """Arrow batches of the records of ``part``, in offset order: with the project's own
+    Fetch client (fetch_read.py), or librdkafka where that client cannot go."""
+    from . import fetch_read
+
+    if fetch_read.unsupported(props) is not None:
+        return read_range_librdkafka(props, options, part)
+    return fetch_read.read_range(
+        props, part, isolation=props.get("isolation.level", "read_uncommitted"),
+        include_headers=parse_bool(options, "includeHeaders", False),
+        fail_on_data_loss=parse_bool(options, "failOnDataLoss", True),
+        poll_timeout_s=parse_int(options, "kafkaConsumer.pollTimeoutMs", 120_000, 1) / 1000)
+
+
+def read_range_librdkafka(props: Mapping[str, str], options: Mapping[str, str],
+                          part: OffsetRange) -> Iterator[Any]:
+    """Arrow batches of the records of ``part``, in offset order, read with a librdkafka
+    consumer (a Python object per record: the slow path, for what the Fetch client cannot
+    speak, such as SASL GSSAPI)."""
     import pyarrow as pa
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
