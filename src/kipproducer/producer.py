@@ -681,17 +681,21 @@ class Producer(confluent_kafka.Producer):
         ``topic`` under ``kip.mode`` (docs/stock-clusters.md). Emulated mode is checked with
         the capability probe first; a cluster where neither works raises ``KafkaException``
         naming what is missing."""
-        mode = self._kip_topic_mode(topic)
+        mode = self._kip_topic_mode(topic, strict=True)
         if mode == "unsupported":
             raise _stock.unsupported_error(self._emulation_or_start(), topic)
         return mode
 
-    def _kip_topic_mode(self, topic: str) -> str:
-        """kip_mode() without raising: ``unsupported`` takes the native path (refused there)."""
+    def _kip_topic_mode(self, topic: str, *, strict: bool = False) -> str:
+        """kip_mode() without raising: ``unsupported`` takes the native path (refused there),
+        and so does a topic whose leaders cannot be asked now (asked again at the next call)."""
         mode = self._kip_topic_modes.get(topic)
         if mode is None:
-            mode = self._kip_topic_modes[topic] = _stock.resolve_mode(
-                self._kip_mode, topic, self._engine_or_start, self._emulation_or_start)
+            mode = _stock.resolve_mode(self._kip_mode, topic, self._engine_or_start,
+                                       self._emulation_or_start, strict=strict)
+            if mode == _stock.UNDECIDED:
+                return "native"
+            self._kip_topic_modes[topic] = mode
             if mode == "native" and self._kip_mode == "auto":
                 self._kip_direct = self._kip_direct_native
         return mode

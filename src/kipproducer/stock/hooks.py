@@ -38,16 +38,29 @@ def new_emulation(conf: Mapping[str, Any], bulk: Callable) -> Emulation:
         timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk=bulk)
 
 
+#: resolve_mode()'s answer when the topic's leaders cannot be asked now (no metadata: a
+#: refused login, no Describe on the topic, no such topic): the call takes the native path,
+#: whose records are failed with the reason one by one, and the mode is asked again next time.
+UNDECIDED = "undecided"
+
+
 def resolve_mode(configured: str, topic: str, engine: Callable[[], Any],
-                 emulation: Callable[[], Emulation]) -> str:
+                 emulation: Callable[[], Emulation], *, strict: bool = False) -> str:
     """kip.mode for one topic: ``native``, ``emulated``, or with auto, where the leaders lack
     the features and the emulation is refused too, ``unsupported``: the calls then take the
     native path, whose records fail locally with "unsupported by broker" as before, and the
-    probe's reason is logged once. With kip.mode=emulated a refused probe raises."""
+    probe's reason is logged once. With kip.mode=emulated a refused probe raises. With auto,
+    leaders that cannot be asked give UNDECIDED, or with ``strict`` raise why."""
     if configured == "native":
         return "native"
-    if configured == "auto" and _leaders_native(engine(), topic):
-        return "native"
+    if configured == "auto":
+        try:
+            if _leaders_native(engine(), topic):
+                return "native"
+        except KafkaException as exc:
+            if strict or exc.args[0].code() == KafkaError._INCONSISTENT:
+                raise
+            return UNDECIDED
     try:
         emulation().probe()
     except EmulationUnsupported as exc:
