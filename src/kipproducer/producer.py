@@ -1097,6 +1097,12 @@ def forward_fetched(producer: Producer, topic: str, partition: int, records: Any
     return producer._forward_fetched(topic, partition, records, **batch)
 
 
+def emulation_of(producer: Producer) -> _stock.Emulation:
+    """``producer``'s stock-cluster emulation (made at its first use): the preserve mirror
+    asks it for fenced log ends and pads a copied partition to the source's position."""
+    return producer._emulation_or_start()
+
+
 def wait_for_producer_id(producer: Producer, timeout_s: float) -> bool:
     """Starts ``producer``'s engine and waits up to ``timeout_s`` for its producer id: the first
     answer from the target, which says whether runs of offsets may share a batch

@@ -136,7 +136,43 @@ class Emulation:
         held.extend(recs)
         self._held_count += len(recs)
         if len(held) >= HELD_MAX or key in self._gapped:
-            self._drain(key, final=len(held) >= HELD_MAX)
+            self._drain(key, final=len(held) >= HELD_MAX, keep_last=True)
+
+    def log_end(self, topic: str, partition: int) -> int:
+        """The partition's log end once this writer holds its transactional id: a predecessor
+        with the same id is fenced first (its open transaction aborted, its marker in) and
+        every transaction of the partition is decided. What a resuming copy starts from."""
+        self.probe()
+        self._ends.pop((topic, partition), None)
+        return self._log_end((topic, partition))
+
+    def pad_to(self, topic: str, partition: int, next_offset: int) -> None:
+        """Nothing of the partition lies between its held records (or its log end) and
+        ``next_offset``: write the held records now and fill the log up to ``next_offset``
+        (a copy that has read its source to a position past markers or aborted records).
+        The next records of the partition then start at the log end, so a gap of exactly
+        one offset left by the source (a commit marker) is carried by the held run's own
+        transaction instead of being refused later at the log end. Without anything held
+        a gap of exactly one cannot be padded and is left (the next call reports it)."""
+        key = (topic, partition)
+        held = self._held.setdefault(key, [])
+        if held and self._configured_id is None:
+            self._drain(key, final=True)  # (reported there: the id is missing)
+            return
+        try:
+            end = self._log_end(key)
+        except KafkaException as exc:
+            self._fail(self._take(key, len(held)), exc.args[0])
+            return
+        last_end = held[-1].offset + 1 if held else end
+        if (held and held[0].offset < end) or next_offset <= last_end:
+            self._drain(key, final=True)
+            return
+        actions = plan_runs(end, [r.offset for r in held] + [next_offset])
+        actions.pop()  # the run at next_offset: not ours to write
+        if actions and actions[-1].step == Step.LONE_MARKER:
+            return
+        self._run_actions(key, actions, self._take(key, len(held)))
 
     def conditional(self, topic: str, partition: int, recs: list[Rec], expected: int) -> None:
         """One conditional batch: its records land at ``expected``.. or none is visible."""
@@ -223,7 +259,10 @@ class Emulation:
             self._ends[key] = end
         return end
 
-    def _drain(self, key: tuple[str, int], *, final: bool) -> None:
+    def _drain(self, key: tuple[str, int], *, final: bool, keep_last: bool = False) -> None:
+        """Write what the held records' gaps decide (everything with ``final``). With
+        ``keep_last`` (the held records grew past HELD_MAX) the last record stays held: a gap
+        of exactly one after it needs it in the transaction whose commit marker fills it."""
         held = self._held.get(key)
         if not held:
             return
@@ -243,11 +282,19 @@ class Emulation:
         actions = plan_runs(end, [r.offset for r in held])
         if not final and actions and actions[-1].step == Step.PLAIN:
             actions.pop()  # its successor's gap decides how it is written: wait for it
+        elif keep_last and actions and actions[-1].step == Step.PLAIN:
+            tail = actions.pop()
+            if tail.count > 1:
+                actions.append(Action(Step.PLAIN, tail.start, tail.count - 1, tail.first))
         if not actions:
             self._gapped.discard(key)  # one run at the log end: it waits for flush()
             return
         recs = self._take(key, max((a.first + a.count for a in actions if a.first >= 0),
                                    default=0))
+        self._run_actions(key, actions, recs)
+
+    def _run_actions(self, key: tuple[str, int], actions: list[Action],
+                     recs: list[Rec]) -> None:
         for i, action in enumerate(actions):
             error = self._act(key, action, recs)
             if error is not None:
