@@ -5,7 +5,8 @@ aborted transactions, markers) becoming fillers and markers on the target.
 
 Compared per partition as readers see both sides (read_committed): offset, key, value,
 headers and timestamp of every record. At read_uncommitted the target shows only fillers
-besides the source's records.
+besides the source's records. (Tansu as the target is refused by the emulation's probe:
+tests/mirror/test_mirror_tansu.py.)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from test_mirror_kill import Feeder, child_env, mirror_command
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.mirror import Mirror, MirrorError
-from kipproducer.stock.plan import FILLER_HEADER
+from kipproducer.stock.plan import FILLER_HEADER, Action, Step, plan_runs, with_empty_markers
 
 PARTITIONS = 3
 
@@ -34,6 +35,15 @@ def stock() -> Iterator[EmbeddedBroker]:
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500}
     with EmbeddedBroker(config=config) as broker:
         yield broker
+
+
+def test_plan_with_empty_markers_puts_no_record_in_a_transaction():
+    # log end 2; records at 3 (gap of 1 at the log end), 4, 6 (gap of 1), 10 (gap of 3)
+    plan = with_empty_markers(plan_runs(2, [3, 4, 6, 10]))
+    assert plan == [Action(Step.MARKER, 2, 0), Action(Step.PLAIN, 3, 2, 0),
+                    Action(Step.MARKER, 5, 0), Action(Step.PLAIN, 6, 1, 2),
+                    Action(Step.FILL, 7, 2), Action(Step.PLAIN, 10, 1, 3)]
+    assert [a.end for a in plan] == [3, 5, 6, 7, 10, 11]
 
 
 def same_copy(source: EmbeddedBroker, target: EmbeddedBroker, topic: str, copy: str) -> None:
@@ -133,14 +143,3 @@ def test_kill_minus_nine_ten_times_onto_stock_target(source, stock, tmp_path):
     for topic in (plain, txn):
         same_copy(source, stock, topic, f"k.{topic}")
 
-
-def test_tansu_target_refused_with_the_probes_reason(source, tansu):
-    """Tansu shows aborted records to read_committed readers: the emulation's capability
-    probe refuses it before anything is written, and the mirror says why."""
-    topic = create(source, unique("emt"), PARTITIONS)
-    fill(source, topic, 9)
-    mirror = Mirror(source.bootstrap_servers, tansu, topic, rename="t.{topic}",
-                    progress=False, timeout=30)
-    with pytest.raises(MirrorError, match="cannot write target topic .*aborted") as info:
-        mirror.run(once=True)
-    print(info.value)
