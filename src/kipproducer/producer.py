@@ -1117,6 +1117,22 @@ def forward_fetched(producer: Producer, topic: str, partition: int, records: Any
     return producer._forward_fetched(topic, partition, records, **batch)
 
 
+def emulation_of(producer: Producer) -> _stock.Emulation:
+    """``producer``'s stock-cluster emulation (made at its first use): the preserve mirror
+    asks it for fenced log ends and pads a copied partition to the source's position."""
+    return producer._emulation_or_start()
+
+
+def register_partition(producer: Producer, topic: str, partition: int,
+                       timeout_s: float) -> None:
+    """Adds ``topic[partition]`` to ``producer``'s open transaction (the engine's) without a
+    record: see TransactionManager.register."""
+    if producer._txn is None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "not a transactional producer "
+                                        "running the engine's transactions"))
+    producer._txn.register(topic, partition, timeout_s)
+
+
 def wait_for_producer_id(producer: Producer, timeout_s: float) -> bool:
     """Starts ``producer``'s engine and waits up to ``timeout_s`` for its producer id: the first
     answer from the target, which says whether runs of offsets may share a batch

@@ -399,6 +399,23 @@ class TransactionManager:
         self._new_transaction()
         self.state = TxnState.IN_TRANSACTION
 
+    def register(self, topic: str, partition: int, timeout: float | None) -> None:
+        """Add a partition to the open transaction without a record (AddPartitionsToTxn):
+        its marker then takes one offset of it. The stock-cluster emulation writes a gap of
+        exactly one offset this way (an empty aborted transaction), which librdkafka, adding
+        a partition only with a record, cannot."""
+        self.require(TxnState.IN_TRANSACTION)
+        deadline = self._deadline(timeout)
+
+        async def add() -> None:
+            self.may_send(topic, partition)
+            await self._settle_adding()
+
+        self._run(add(), deadline, "register a partition")
+        if (topic, partition) not in self.registered:
+            raise KafkaException(self.error or KafkaError(
+                KafkaError._STATE, f"{topic}[{partition}] was not added to the transaction"))
+
     def send_offsets(self, positions: Iterable[Any], group_metadata: object,
                      timeout: float | None) -> None:
         try:

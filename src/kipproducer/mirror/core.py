@@ -123,6 +123,16 @@ class Mirror:
         try:
             writer_class = PreserveWriter if self.mode == "preserve" else TransactionalWriter
             self.writer = writer_class(self)
+            first = self.topics.refresh()
+            if self.reader_kind == "fetch" and self.writer.needs_records(first):
+                if self._reader_asked == "fetch":
+                    raise MirrorError("the fetch reader forwards whole batches at their source "
+                                      "offsets, which needs the KIP-WIRE extension on the "
+                                      "target; this target has none (emulated mode): use "
+                                      "--reader consumer or auto")
+                log.info("reading the source with a librdkafka consumer: the target has no "
+                         "KIP-WIRE extension and the emulation writes records, not batches")
+                self.reader_kind = self.metrics.reader = "consumer"
             if self.reader_kind == "fetch" and not self.writer.can_forward():
                 if self._reader_asked == "fetch":
                     raise MirrorError("the fetch reader needs a target producer that runs "
@@ -137,6 +147,7 @@ class Mirror:
                                            timeout=self.timeout)
             else:
                 self.consumer = self._consumer()
+            self._assign(first)
             waiting_said = False
             while not self._stopping:
                 if time.monotonic() - last_refresh >= self.metadata_interval_s:
@@ -205,12 +216,14 @@ class Mirror:
 
     def _round(self) -> None:
         by_partition: dict[tuple[str, int], list] = {}
+        eof_at: dict[tuple[str, int], int] = {}  # where the reader met a partition's end
         for msg in self.consumer.consume(CONSUME_BATCH, 0.1):
             error = msg.error()
             if error is not None:
                 key = (msg.topic(), msg.partition())
                 if error.code() == KafkaError._PARTITION_EOF:
                     self.at_end.add(key)
+                    eof_at[key] = msg.offset()
                     continue
                 if error.fatal() or error.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                                      KafkaError.GROUP_AUTHORIZATION_FAILED):
@@ -229,6 +242,10 @@ class Mirror:
             pair = self.assigned.get(key)
             if pair is not None:
                 self.writer.write(pair, key[1], messages)
+        for key, offset in eof_at.items():
+            pair = self.assigned.get(key)
+            if pair is not None and key in self.at_end:
+                self.writer.source_position(pair, key[1], offset)
 
     def _assign(self, pairs: list[TopicPair]) -> None:
         new = [(pair, p) for pair in pairs for p in range(pair.partitions)
@@ -285,12 +302,44 @@ class Mirror:
             raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: "
                               f"{error_text(exc)}") from None
 
+    def records_between(self, side: str, topic: str, partition: int, start: int,
+                        end: int) -> list | None:
+        """The records of [start, end) on ``side`` as readers see them (the source as the
+        mirror reads it, the target read_committed); None when ``start`` is out of range."""
+        consumer = self._probe(side + "-committed" if side == "target" else side)
+        out: list = []
+        deadline = time.monotonic() + self.timeout
+        consumer.assign([TopicPartition(topic, partition, start)])
+        try:
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.1)
+                if message is None:
+                    continue
+                error = message.error()
+                if error is None:
+                    if message.offset() >= end:
+                        return out
+                    out.append(message)
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    return out
+                elif error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    return None
+                else:
+                    raise MirrorError(f"reading {side} {topic}[{partition}] from {start}: "
+                                      f"{error.str()}")
+            raise MirrorError(f"reading {side} {topic}[{partition}] from {start}: no end "
+                              f"within {self.timeout:.0f} s")
+        finally:
+            consumer.unassign()
+
     def _probe(self, side: str) -> Consumer:
-        """A consumer for looking at one side (watermarks, single records), kept for the run."""
+        """A consumer for looking at one side (watermarks, single records), kept for the run:
+        "source", "target" (read_uncommitted) or "target-committed"."""
         consumer = self._probes.get(side)
         if consumer is None:
             config = self.source_config if side == "source" else self.target_config
-            isolation = self.isolation if side == "source" else "read_uncommitted"
+            isolation = {"source": self.isolation, "target": "read_uncommitted"}.get(
+                side, "read_committed")
             consumer = self._probes[side] = Consumer({
                 **config, "group.id": f"kip-mirror-probe-{id(self)}",
                 "enable.auto.commit": False, "enable.partition.eof": True,

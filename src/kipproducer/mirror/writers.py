@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import deque
@@ -29,7 +30,13 @@ from confluent_kafka import (
 
 from ..clients import OUT_OF_RANGE
 from ..engine.group_metadata import GroupMetadata
-from ..producer import Producer, forward_fetched, forwards_fetched, wait_for_producer_id
+from ..producer import (
+    Producer,
+    emulation_of,
+    forward_fetched,
+    forwards_fetched,
+    wait_for_producer_id,
+)
 from .metrics import Metrics
 from .topics import CLIENT_ERRORS, MirrorError, TopicMap, TopicPair, error_text, kafka_error_of
 
@@ -41,6 +48,9 @@ log = logging.getLogger("kipproducer.mirror")
 #: Records in one target transaction at the most (a commit also happens every
 #: commit_interval_ms).
 MAX_TRANSACTION_RECORDS = 200_000
+#: Offsets below an emulated target's log end compared with the source when a preserve
+#: mirror starts (a killed predecessor's aborted transaction is right at the end).
+TAIL_CHECK = 64
 
 
 def _columns(messages: list) -> tuple[list, list, list, np.ndarray, np.ndarray, int]:
@@ -73,6 +83,7 @@ class MirrorView(Protocol):
 
     group: str | None
     transactional_id: str | None
+    reader_kind: str
     timeout: float
     source_config: dict[str, Any]
     target_config: dict[str, Any]
@@ -86,6 +97,9 @@ class MirrorView(Protocol):
     def watermarks(self, side: str, topic: str, partition: int) -> tuple[int, int]: ...
 
     def record_at(self, side: str, topic: str, partition: int, offset: int) -> Any: ...
+
+    def records_between(self, side: str, topic: str, partition: int, start: int,
+                        end: int) -> list | None: ...
 
     def seek(self, key: tuple[str, int], offset: int) -> None: ...
 
@@ -104,6 +118,14 @@ class Writer:
 
     def forward(self, pair: TopicPair, fetched: Fetched) -> None:
         raise NotImplementedError
+
+    def needs_records(self, pairs: list[TopicPair]) -> bool:
+        """Whether these target topics must be written record by record (the consumer
+        reader) rather than with whole fetched batches."""
+        return False
+
+    def source_position(self, pair: TopicPair, partition: int, offset: int) -> None:
+        """The reader met the end of a source partition at ``offset``."""
 
     def can_forward(self) -> bool:
         """Whether the target producer takes fetched batches (its engine runs the writes;
@@ -158,12 +180,40 @@ class Writer:
                 self.metrics.partition(topic, pair.target, partition).high_watermark = high
 
 
+EMULATION_ID = "kip.emulation.transactional.id"
+
+
+def emulation_id(mirror: MirrorView) -> str:
+    """The stable transactional id of a preserve mirror onto a stock target (emulated mode):
+    the target config's kip.emulation.transactional.id, else --transactional-id, else one
+    derived from --group, else one derived from what names the copy (source servers, topics
+    pattern, rename). A restarted mirror gets the same id and so fences its predecessor: the
+    dead one's open transaction is aborted, its marker written, before the log end is read."""
+    given = mirror.target_config.get(EMULATION_ID) or mirror.transactional_id
+    if given:
+        return str(given)
+    if mirror.group:
+        return f"kip-mirror-preserve-{mirror.group}"
+    names = "\0".join((str(mirror.source_config.get("bootstrap.servers", "")),
+                       mirror.topics.pattern.pattern, mirror.topics.rename))
+    return f"kip-mirror-preserve-{hashlib.sha256(names.encode()).hexdigest()[:16]}"
+
+
 class PreserveWriter(Writer):
     def __init__(self, mirror: MirrorView) -> None:
         super().__init__(mirror)
         self.producer = Producer({"enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                                  **mirror.target_config})
+                                  **mirror.target_config,
+                                  EMULATION_ID: emulation_id(mirror)})
         self._engine_ready()
+        # On a stock target no source record ever rides in a transaction (gaps of one are
+        # empty aborted transactions): a mirror killed at any point leaves nothing its
+        # successor cannot write (docs/mirror.md).
+        emulation_of(self.producer).empty_markers = True
+        # target topics whose offsets go through the stock-cluster emulation (kip.mode of
+        # the target config resolved per topic: docs/stock-clusters.md)
+        self.emulated: set[str] = set()
+        self.modes: dict[str, str] = {}
         self.errors: list[str] = []
         # (source topic, partition) -> chunks written and not acknowledged yet:
         # [next offset after the chunk, records, bytes, last timestamp]
@@ -180,10 +230,51 @@ class PreserveWriter(Writer):
         first fetched answer appended before it would go out as a batch per run."""
         wait_for_producer_id(self.producer, self.mirror.timeout)
 
+    def target_mode(self, pair: TopicPair) -> str:
+        """"native" or "emulated" for the target topic (the capability probe runs first for
+        emulated); a target where neither works is refused with the probe's reason."""
+        mode = self.modes.get(pair.target)
+        if mode is None:
+            try:
+                mode = self.producer.kip_mode(pair.target)
+            except KafkaException as exc:
+                raise MirrorError(f"the preserve mode cannot write target topic "
+                                  f"{pair.target!r}: {error_text(exc)}") from None
+            self.modes[pair.target] = mode
+            if mode == "emulated":
+                self.emulated.add(pair.target)
+        return mode
+
+    def needs_records(self, pairs: list[TopicPair]) -> bool:
+        """Whether these target topics take records rather than whole fetched batches: the
+        emulation writes records (with fillers and markers for the gaps), so an emulated
+        target is read with the consumer reader (docs/mirror.md)."""
+        return any(self.target_mode(pair) == "emulated" for pair in pairs)
+
     def resume(self, new: list[tuple[TopicPair, int]]) -> dict[tuple[str, int], int]:
-        """The target's log end: every offset below it is there (KIP-391 writes in order)."""
+        """The target's log end: every offset below it is there (KIP-391 writes in order).
+        On an emulated target the log end is read after the predecessor is fenced (its open
+        transaction aborted and its marker in), and the tail is checked at read_committed."""
         starts = {}
         for pair, p in new:
+            if self.target_mode(pair) == "emulated":
+                if self.mirror.reader_kind == "fetch":
+                    raise MirrorError(
+                        f"target topic {pair.target!r} has no KIP-WIRE extension (emulated "
+                        "mode) and the fetch reader forwards whole batches, which needs it; "
+                        "run the mirror again (it then reads with the consumer) or pass "
+                        "--reader consumer")
+                try:
+                    target_end = emulation_of(self.producer).log_end(pair.target, p)
+                except KafkaException as exc:
+                    raise MirrorError(f"log end of target {pair.target}[{p}]: "
+                                      f"{error_text(exc)}") from None
+                source_low, _ = self.mirror.watermarks("source", pair.source, p)
+                if target_end > 0:
+                    self._check_emulated_tail(pair, p, target_end)
+                starts[(pair.source, p)] = max(target_end, source_low)
+                self.acked[(pair.source, p)] = target_end
+                continue
             _, target_end = self.mirror.watermarks("target", pair.target, p)
             source_low, _ = self.mirror.watermarks("source", pair.source, p)
             if target_end > 0:
@@ -221,6 +312,41 @@ class PreserveWriter(Writer):
                 f"target {pair.target}[{p}] is not a copy of the source {pair.source}[{p}]: "
                 f"{refuse}. The preserve mode never writes below a target's log end; delete "
                 "the target topic or mirror to another name (--rename)")
+
+    def _check_emulated_tail(self, pair: TopicPair, p: int, target_end: int) -> None:
+        """The last TAIL_CHECK offsets of an emulated target against the source, both as
+        readers see them (read_committed on the target): the same records at the same
+        offsets. A mirror killed inside a transaction that held source records (the run
+        before a gap of one offset, whose commit marker fills it) has had them aborted by
+        the fence: offsets that can never be written again, so the copy is refused loudly
+        rather than resumed past a hole."""
+        start = max(0, target_end - TAIL_CHECK,
+                    self.mirror.watermarks("target", pair.target, p)[0])
+        theirs = self.mirror.records_between("source", pair.source, p, start, target_end)
+        ours = self.mirror.records_between("target", pair.target, p, start, target_end)
+        if theirs is None or ours is None:
+            return  # a log start moved under the check: nothing to compare
+        if [(m.offset(), _content(m)) for m in theirs] == [(m.offset(), _content(m))
+                                                           for m in ours]:
+            return
+        mine = {m.offset() for m in ours}
+        missing = [m.offset() for m in theirs if m.offset() not in mine]
+        what = (f"the source's records at offsets {missing[:5]} are not committed there"
+                if missing else "its records differ from the source's there")
+        raise MirrorError(
+            f"target {pair.target}[{p}] is not a copy of the source {pair.source}[{p}] below "
+            f"its log end {target_end}: {what}. On a stock target this happens when a "
+            "mirror was killed inside a transaction carrying source records (the emulation's "
+            "commit-marker step, docs/mirror.md); those offsets cannot be written again: "
+            "delete the target topic or mirror to another name (--rename)")
+
+    def source_position(self, pair: TopicPair, partition: int, offset: int) -> None:
+        """The reader met the source's end at ``offset`` (past markers and aborted records):
+        on an emulated target, the held run is written and the log padded to ``offset``, so
+        the copy is visible now and ends where the source does."""
+        if pair.target not in self.emulated:
+            return
+        emulation_of(self.producer).pad_to(pair.target, partition, offset)
 
     def write(self, pair: TopicPair, partition: int, messages: list) -> None:
         key = (pair.source, partition)

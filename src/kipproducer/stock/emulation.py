@@ -29,7 +29,7 @@ from .._accumulator import BatchDelivery
 from ..clients import with_logger
 from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
 from .log_ends import LogEnds
-from .plan import FILLER_HEADER, Action, Step, plan_runs
+from .plan import FILLER_HEADER, Action, Step, plan_runs, with_empty_markers
 from .probe import probe_cluster
 
 log = logging.getLogger("kipproducer.stock")
@@ -95,6 +95,11 @@ class Emulation:
         # Runs whose reports are per batch go through the Producer's own bulk lane (the
         # engine's produce_arrays, columns in C); returns the first offset written.
         self._bulk = bulk
+        #: Gaps of one offset as empty aborted transactions (the engine's transactional
+        #: producer adds the partition without a record) rather than the commit marker of a
+        #: transaction carrying the run before the gap: set before the first write, by a
+        #: writer that must survive kill -9 at any point (the preserve mirror).
+        self.empty_markers = False
 
     # ---- what the Producer calls ----------------------------------------------------------
 
@@ -136,7 +141,43 @@ class Emulation:
         held.extend(recs)
         self._held_count += len(recs)
         if len(held) >= HELD_MAX or key in self._gapped:
-            self._drain(key, final=len(held) >= HELD_MAX)
+            self._drain(key, final=len(held) >= HELD_MAX, keep_last=True)
+
+    def log_end(self, topic: str, partition: int) -> int:
+        """The partition's log end once this writer holds its transactional id: a predecessor
+        with the same id is fenced first (its open transaction aborted, its marker in) and
+        every transaction of the partition is decided. What a resuming copy starts from."""
+        self.probe()
+        self._ends.pop((topic, partition), None)
+        return self._log_end((topic, partition))
+
+    def pad_to(self, topic: str, partition: int, next_offset: int) -> None:
+        """Nothing of the partition lies between its held records (or its log end) and
+        ``next_offset``: write the held records now and fill the log up to ``next_offset``
+        (a copy that has read its source to a position past markers or aborted records).
+        The next records of the partition then start at the log end, so a gap of exactly
+        one offset left by the source (a commit marker) is carried by the held run's own
+        transaction instead of being refused later at the log end. Without anything held
+        a gap of exactly one cannot be padded and is left (the next call reports it)."""
+        key = (topic, partition)
+        held = self._held.setdefault(key, [])
+        if held and self._configured_id is None:
+            self._drain(key, final=True)  # (reported there: the id is missing)
+            return
+        try:
+            end = self._log_end(key)
+        except KafkaException as exc:
+            self._fail(self._take(key, len(held)), exc.args[0])
+            return
+        last_end = held[-1].offset + 1 if held else end
+        if (held and held[0].offset < end) or next_offset <= last_end:
+            self._drain(key, final=True)
+            return
+        actions = self._plan(end, [r.offset for r in held] + [next_offset])
+        actions.pop()  # the run at next_offset: not ours to write
+        if actions and actions[-1].step == Step.LONE_MARKER:
+            return
+        self._run_actions(key, actions, self._take(key, len(held)))
 
     def conditional(self, topic: str, partition: int, recs: list[Rec], expected: int) -> None:
         """One conditional batch: its records land at ``expected``.. or none is visible."""
@@ -200,9 +241,15 @@ class Emulation:
             # linger.ms=0: every write is flushed at once anyway, and a linger shows in
             # each transaction's begin-to-EndTxn time (about 23 ms -> 14 ms per transaction
             # on the stand-in)
-            producer = Producer({**self._connection, "transactional.id": txn_id,
-                                 "linger.ms": 0,
-                                 "transaction.timeout.ms": int(self._timeout * 1000)})
+            conf = {**self._connection, "transactional.id": txn_id, "linger.ms": 0,
+                    "transaction.timeout.ms": int(self._timeout * 1000)}
+            if self.empty_markers:
+                # The engine's transactions: they can add a partition without a record.
+                from ..producer import Producer as EngineProducer
+
+                producer = EngineProducer(conf)
+            else:
+                producer = Producer(conf)
             producer.init_transactions(self._timeout)
             self._txn = producer
         return self._txn
@@ -223,7 +270,10 @@ class Emulation:
             self._ends[key] = end
         return end
 
-    def _drain(self, key: tuple[str, int], *, final: bool) -> None:
+    def _drain(self, key: tuple[str, int], *, final: bool, keep_last: bool = False) -> None:
+        """Write what the held records' gaps decide (everything with ``final``). With
+        ``keep_last`` (the held records grew past HELD_MAX) the last record stays held: a gap
+        of exactly one after it needs it in the transaction whose commit marker fills it."""
         held = self._held.get(key)
         if not held:
             return
@@ -240,14 +290,22 @@ class Emulation:
                 f"{OFFSETS_CALL}: offset {recs[0].offset} of {key[0]}[{key[1]}] is below the "
                 f"log end {end}; nothing of the run was written", log_end_offset=end))
             return
-        actions = plan_runs(end, [r.offset for r in held])
+        actions = self._plan(end, [r.offset for r in held])
         if not final and actions and actions[-1].step == Step.PLAIN:
             actions.pop()  # its successor's gap decides how it is written: wait for it
+        elif keep_last and actions and actions[-1].step == Step.PLAIN:
+            tail = actions.pop()
+            if tail.count > 1:
+                actions.append(Action(Step.PLAIN, tail.start, tail.count - 1, tail.first))
         if not actions:
             self._gapped.discard(key)  # one run at the log end: it waits for flush()
             return
         recs = self._take(key, max((a.first + a.count for a in actions if a.first >= 0),
                                    default=0))
+        self._run_actions(key, actions, recs)
+
+    def _run_actions(self, key: tuple[str, int], actions: list[Action],
+                     recs: list[Rec]) -> None:
         for i, action in enumerate(actions):
             error = self._act(key, action, recs)
             if error is not None:
@@ -256,6 +314,10 @@ class Emulation:
                         for r in recs[later.first:later.first + later.count]]
                 self._fail(rest, error)
                 return
+
+    def _plan(self, end: int, offsets: list[int]) -> list[Action]:
+        actions = plan_runs(end, offsets)
+        return with_empty_markers(actions) if self.empty_markers else actions
 
     def _take(self, key: tuple[str, int], count: int) -> list[Rec]:
         held = self._held[key]
@@ -276,6 +338,8 @@ class Emulation:
                 "cannot be emulated (its marker needs a transaction holding the records just "
                 "before it: give those in the same call, before a flush)",
                 log_end_offset=action.start)
+        if action.step == Step.MARKER:
+            return self._empty_abort(key, action)
         if action.step == Step.FILL:
             sink = Sink(None, False, topic, partition)
             # an empty key, not none: a compacted topic takes no record without a key
@@ -369,6 +433,34 @@ class Emulation:
         if commit:
             self._fail(recs, error)
         return error
+
+    def _empty_abort(self, key: tuple[str, int], action: Action) -> Any:
+        """A gap of one offset: a transaction that adds the partition without a record and
+        is aborted; its marker takes ``action.start``. None when done, else the error."""
+        from ..producer import register_partition
+
+        topic, partition = key
+        end = -1
+        try:
+            producer = self._txn_producer()
+            producer.begin_transaction()
+            register_partition(producer, topic, partition, self._timeout)
+            producer.abort_transaction(self._timeout)
+            reader = self._reader()
+            reader.wait(f"the transaction marker in {topic}[{partition}]",
+                        lambda: reader.stable_end(topic, partition) > action.start,
+                        self._timeout)
+            end = reader.log_end(topic, partition)
+        except KafkaException as exc:
+            wrong: Any = exc.args[0]
+        else:
+            wrong = None if end == action.end else (
+                f"the log ends at {end}, not {action.end}: another writer appended")
+        if wrong is None:
+            self._ends[key] = end
+            return None
+        self._ends.pop(key, None)
+        return _offsets_error(wrong, end)
 
     # ---- conditional publish (KIP-27) -----------------------------------------------------
 

@@ -30,6 +30,7 @@ class Step(Enum):
     COMMITTED = "committed"  # records in a transaction whose commit marker fills a gap of 1
     FILL = "fill"            # ``count`` filler records in a transaction that is aborted
     LONE_MARKER = "lone"     # a gap of 1 at the log end with no run before it: refused
+    MARKER = "marker"        # a gap of 1 as an empty aborted transaction (with_empty_markers)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Action:
     @property
     def end(self) -> int:
         """The log end after this action (markers counted)."""
-        marker = 1 if self.step in (Step.COMMITTED, Step.FILL) else 0
+        marker = 1 if self.step in (Step.COMMITTED, Step.FILL, Step.MARKER) else 0
         return self.start + self.count + marker
 
 
@@ -80,3 +81,21 @@ def plan_runs(log_end: int, offsets: list[int]) -> list[Action]:
         step = Step.COMMITTED if closes_gap_of_one else Step.PLAIN
         actions.append(Action(step, start, length, first))
     return actions
+
+
+def with_empty_markers(actions: list[Action]) -> list[Action]:
+    """The same plan with every gap of exactly one written as an empty aborted transaction
+    (a partition added without a record: its abort marker takes the offset) instead of the
+    commit marker of the run before it: no record rides in a transaction, so a writer killed
+    at any point loses nothing its successor cannot write (the kill-safe plan the preserve
+    mirror uses), and a gap of one at the log end is no longer refused."""
+    out: list[Action] = []
+    for action in actions:
+        if action.step == Step.COMMITTED:
+            out.append(Action(Step.PLAIN, action.start, action.count, action.first))
+            out.append(Action(Step.MARKER, action.start + action.count, 0))
+        elif action.step == Step.LONE_MARKER:
+            out.append(Action(Step.MARKER, action.start, 0))
+        else:
+            out.append(action)
+    return out
