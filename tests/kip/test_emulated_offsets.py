@@ -152,19 +152,19 @@ def test_below_log_end_refused_and_writing_continues(stock):
     check_topic(stock, topic, [0, 1, 2, 13, 15], stamp)
 
 
-def test_gap_of_one_at_the_log_end_refused_clearly(stock):
+def test_gap_of_one_at_the_log_end_is_an_empty_aborted_transaction(stock):
+    """A gap of exactly one offset right at the log end (nothing held before it to commit):
+    a transaction that adds the partition without a record and aborts, whose marker takes the
+    offset. No record, no filler: read_uncommitted sees only the written records."""
     topic = new_topic(stock, "em-lone")
     with emulated_producer(stock, unique("w")) as p:
-        p.append(topic, [b"a"], partition=0, offsets=np.array([0], np.int64))
-        with pytest.raises(KafkaException) as info:
-            p.append(topic, [b"b"], partition=0, offsets=np.array([2], np.int64))
-        err = info.value.args[0]
-        assert err.code() == KafkaError._INVALID_ARG
-        assert "gap of exactly one offset right at the log end" in err.str()
-        assert err.log_end_offset == 1
-        # a gap of 2 from there is fine
+        assert p.append(topic, [b"a"], partition=0, offsets=np.array([0], np.int64)) == 0
+        assert p.append(topic, [b"b"], partition=0, offsets=np.array([2], np.int64)) == 2
         assert p.append(topic, [b"c"], partition=0, offsets=np.array([3], np.int64)) == 3
-    assert [(r.offset, r.value) for r in committed(stock, topic)] == [(0, b"a"), (3, b"c")]
+        assert p.append(topic, [b"d"], partition=0, offsets=np.array([5], np.int64)) == 5
+    expected = [(0, b"a"), (2, b"b"), (3, b"c"), (5, b"d")]
+    assert [(r.offset, r.value) for r in committed(stock, topic)] == expected
+    assert [(r.offset, r.value) for r in uncommitted(stock, topic)] == expected
 
 
 def test_emulated_offsets_need_a_stable_transactional_id(stock):

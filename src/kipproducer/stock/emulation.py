@@ -97,9 +97,11 @@ class Emulation:
         self._bulk = bulk
         #: Gaps of one offset as empty aborted transactions (the engine's transactional
         #: producer adds the partition without a record) rather than the commit marker of a
-        #: transaction carrying the run before the gap: set before the first write, by a
-        #: writer that must survive kill -9 at any point (the preserve mirror).
-        self.empty_markers = False
+        #: transaction carrying the run before the gap: no caller record ever rides in a
+        #: transaction, so a writer killed at any point loses nothing its successor cannot
+        #: write (docs/stock-clusters.md). False (set before the first write) keeps the
+        #: commit-marker plan, which works with librdkafka's transactions.
+        self.empty_markers = True
 
     # ---- what the Producer calls ----------------------------------------------------------
 
