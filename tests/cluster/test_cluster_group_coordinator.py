@@ -67,6 +67,7 @@ class _ConfluentMember:
         if self.transactional:
             self.producer.init_transactions(30)
         self.consumer = Consumer({"bootstrap.servers": conf["bootstrap.servers"],
+                                  "reconnect.backoff.max.ms": conf["reconnect.backoff.max.ms"],
                                   "group.id": group, "session.timeout.ms": 6000,
                                   "enable.auto.commit": False})
         assigned: list = []
@@ -114,8 +115,11 @@ def _rounds(cluster: MockCluster, client: str, mode: str) -> tuple[Outcome, dict
     cluster.create_topic(topic, PARTITIONS, [LEADERS[p % 2] for p in range(PARTITIONS)])
     group = unique("gc")
     cluster.set_coordinator("group", group, COORDINATOR)
+    # reconnect.backoff.max.ms bounds librdkafka's doubling reconnect backoff (10 s by
+    # default) on both sides: how soon either client's next attempt after the coordinator is
+    # back comes otherwise varies by seconds from run to run, and the comparison measured that
     conf = {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True,
-            "acks": "all", "linger.ms": 5}
+            "acks": "all", "linger.ms": 5, "reconnect.backoff.max.ms": 500}
     if mode == "transactional":
         conf["transactional.id"] = unique("gc-txn")
         cluster.set_coordinator("transaction", conf["transactional.id"], COORDINATOR)
