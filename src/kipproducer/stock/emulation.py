@@ -415,12 +415,7 @@ class Emulation:
                 producer.commit_transaction(self._timeout)
             else:
                 producer.abort_transaction(self._timeout)
-            reader = self._reader()
-            # The marker is written after EndTxn is answered: see it before anything else goes.
-            reader.wait(f"the transaction marker in {topic}[{partition}]",
-                        lambda: reader.stable_end(topic, partition) > action.start,
-                        self._timeout)
-            end = reader.log_end(topic, partition)
+            end = self._end_after_marker(topic, partition, action.start)
         except KafkaException as exc:
             wrong = exc.args[0]
         if wrong is None and end != action.end:
@@ -436,6 +431,15 @@ class Emulation:
             self._fail(recs, error)
         return error
 
+    def _end_after_marker(self, topic: str, partition: int, start: int) -> int:
+        """The partition's log end once the marker of the transaction just ended is in the log
+        past ``start``: Kafka writes markers after it has answered EndTxn, so nothing else may
+        go before it is seen."""
+        reader = self._reader()
+        reader.wait(f"the transaction marker in {topic}[{partition}]",
+                    lambda: reader.stable_end(topic, partition) > start, self._timeout)
+        return reader.log_end(topic, partition)
+
     def _empty_abort(self, key: tuple[str, int], action: Action) -> Any:
         """A gap of one offset: a transaction that adds the partition without a record and
         is aborted; its marker takes ``action.start``. None when done, else the error."""
@@ -448,11 +452,7 @@ class Emulation:
             producer.begin_transaction()
             register_partition(producer, topic, partition, self._timeout)
             producer.abort_transaction(self._timeout)
-            reader = self._reader()
-            reader.wait(f"the transaction marker in {topic}[{partition}]",
-                        lambda: reader.stable_end(topic, partition) > action.start,
-                        self._timeout)
-            end = reader.log_end(topic, partition)
+            end = self._end_after_marker(topic, partition, action.start)
         except KafkaException as exc:
             wrong: Any = exc.args[0]
         else:
