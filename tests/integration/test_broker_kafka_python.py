@@ -8,6 +8,7 @@ import time
 import pytest
 from integration_support import KipBroker, consume_records, create_topics, unique
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata
 
 TIMEOUT = 15.0
@@ -129,6 +130,21 @@ def test_produce_and_consume(broker: KipBroker, settings: dict) -> None:
     assert len(consume_records(broker.bootstrap, topic, 500, timeout=TIMEOUT)) == 500
 
 
+def commit_through_rebalance(consumer: KafkaConsumer, offsets: dict | None = None) -> None:
+    """commit(), tried again after a poll() while the group rebalances (what kafka-python's
+    RebalanceInProgressError tells its user to do; a loaded machine can delay a heartbeat
+    enough for the broker to start one)."""
+    for _ in range(50):
+        try:
+            consumer.commit(offsets)
+            return
+        except RebalanceInProgressError:
+            # rejoins the group; update_offsets=False: what it returns does not move the
+            # positions a commit() without offsets would commit
+            consumer.poll(timeout_ms=200, max_records=1, update_offsets=False)
+    raise AssertionError("the group never settled for a commit")
+
+
 def test_group_commit_then_new_consumer_resumes(broker: KipBroker) -> None:
     topic, group = unique("kp-group"), unique("kp-group")
     create_topics(broker.bootstrap, {topic: PARTITIONS})
@@ -143,12 +159,10 @@ def test_group_commit_then_new_consumer_resumes(broker: KipBroker) -> None:
     try:
         drain(first, 200)  # everything, though only a prefix is committed below
         committed = {0: 37, 1: 64}
-        first.commit(
-            {
-                TopicPartition(topic, part): OffsetAndMetadata(o, "", -1)
-                for part, o in committed.items()
-            }
-        )
+        commit_through_rebalance(first, {
+            TopicPartition(topic, part): OffsetAndMetadata(o, "", -1)
+            for part, o in committed.items()
+        })
         for part, o in committed.items():
             assert first.committed(TopicPartition(topic, part)) == o
     finally:
@@ -158,7 +172,7 @@ def test_group_commit_then_new_consumer_resumes(broker: KipBroker) -> None:
     try:
         got = drain(second, 200 - sum(committed.values()))
         # Then it commits its own position, and a third consumer finds nothing to read.
-        second.commit()
+        commit_through_rebalance(second)
     finally:
         second.close()
     for part, start in committed.items():

@@ -580,7 +580,11 @@ class _ResponseStream(asyncio.BufferedProtocol):
                 f"TLS connection to broker {conn.node_id} at {conn.host}:{conn.port} failed: "
                 f"{exc}"))
             return
-        if exc is None:
+        if exc is None or isinstance(exc, (ConnectionResetError, ConnectionAbortedError,
+                                           BrokenPipeError)):
+            # closed by the broker: with TLS 1.3 a broker refusing the client's certificate
+            # sends its alert after the client's handshake has ended, and a busy machine may
+            # see the reset of that close instead of the alert (connect() reads this flag)
             conn._peer_closed = True
         conn._fail(BrokerConnectionError(
             f"connection to broker {conn.node_id} failed: {exc}" if exc is not None
