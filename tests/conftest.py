@@ -8,6 +8,7 @@ and dumps every thread's stack, so a hang fails that test by name and the run go
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,3 +95,12 @@ def embedded() -> Iterator[Any]:
     yield start
     for broker in started:
         broker.close()
+
+
+@pytest.fixture
+def dead_address() -> str:
+    """127.0.0.1 and a port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"127.0.0.1:{port}"

@@ -5,7 +5,6 @@ kip transactions."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,14 +13,6 @@ import pytest
 
 MAX_STDERR_LINES = 3
 
-
-@pytest.fixture
-def dead_address() -> str:
-    """127.0.0.1 and a port nothing listens on."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"127.0.0.1:{port}"
 
 
 def run(args: list[str], timeout: float = 100) -> subprocess.CompletedProcess[str]:

@@ -4,20 +4,12 @@ at once with one error naming the address, and nothing more reaches stderr than 
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 MAX_STDERR_LINES = 3
 
-
-@pytest.fixture
-def dead_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"127.0.0.1:{port}"
 
 
 def test_wrong_bootstrap_names_the_address_at_once(spark, capfd, dead_address) -> None:
