@@ -12,14 +12,12 @@ tests/mirror/test_mirror_tansu.py.)
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 from mirror_support import compacted_topic, create, fill, read, stable, transactions, unique
-from test_mirror_kill import Feeder, child_env, mirror_command
+from test_mirror_kill import Feeder, child_env, kill_repeatedly, mirror_command
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.mirror import Mirror, MirrorError
@@ -103,8 +101,6 @@ def test_fetch_reader_refused_for_a_stock_target(source, stock):
         mirror.run(once=True)
 
 
-KILLS = 10
-
 
 @pytest.mark.timeout(180)
 def test_kill_minus_nine_ten_times_onto_stock_target(source, stock, tmp_path):
@@ -120,21 +116,8 @@ def test_kill_minus_nine_ten_times_onto_stock_target(source, stock, tmp_path):
     rng = random.Random()
     feeder = Feeder(source, plain, txn)
     feeder.start()
-    log = open(tmp_path / "mirror.log", "w")
-    try:
-        for _ in range(KILLS):
-            proc = subprocess.Popen(mirror_command(source, stock, prefix, "preserve", group),
-                                    stdout=log, stderr=subprocess.STDOUT, env=child_env())
-            time.sleep(rng.uniform(1.2, 2.5))
-            assert proc.poll() is None, (tmp_path / "mirror.log").read_text()[-3000:]
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-    finally:
-        feeder.done.set()
-        feeder.join(60)
-        log.close()
-    assert feeder.error is None, feeder.error
-    assert feeder.rounds >= 3
+    kill_repeatedly(source, stock, prefix, "preserve", group, feeder, tmp_path / "mirror.log",
+                    rng, (1.2, 2.5))
     for topic in (plain, txn):
         stable(source.bootstrap_servers, topic, PARTITIONS)
     last = subprocess.run(mirror_command(source, stock, prefix, "preserve", group, "--once"),

@@ -73,6 +73,28 @@ class Feeder(threading.Thread):
             self.error = exc
 
 
+def kill_repeatedly(source, target, prefix: str, mode: str, group: str, feeder: Feeder,
+                    log_path, rng: random.Random, pause_s: tuple[float, float]) -> None:
+    """Start the mirror and kill -9 it KILLS times, each after a random pause in ``pause_s``,
+    while ``feeder`` (started) keeps writing the source; then stop the feeder and check it
+    wrote without error through at least 3 rounds."""
+    log = open(log_path, "w")
+    try:
+        for _ in range(KILLS):
+            proc = subprocess.Popen(mirror_command(source, target, prefix, mode, group),
+                                    stdout=log, stderr=subprocess.STDOUT, env=child_env())
+            time.sleep(rng.uniform(*pause_s))
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+    finally:
+        feeder.done.set()
+        feeder.join(60)
+        log.close()
+    assert feeder.error is None, feeder.error
+    assert feeder.rounds >= 3
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("mode", ["preserve", "transactional"])
 def test_kill_minus_nine_ten_times(source, target, mode, tmp_path):
@@ -84,21 +106,8 @@ def test_kill_minus_nine_ten_times(source, target, mode, tmp_path):
     rng = random.Random(20261125)
     feeder = Feeder(source, plain, txn)
     feeder.start()
-    log = open(tmp_path / "mirror.log", "w")
-    try:
-        for _ in range(KILLS):
-            proc = subprocess.Popen(mirror_command(source, target, prefix, mode, group),
-                                    stdout=log, stderr=subprocess.STDOUT, env=child_env())
-            time.sleep(rng.uniform(0.7, 2.0))
-            assert proc.poll() is None, (tmp_path / "mirror.log").read_text()[-3000:]
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-    finally:
-        feeder.done.set()
-        feeder.join(60)
-        log.close()
-    assert feeder.error is None, feeder.error
-    assert feeder.rounds >= 3
+    kill_repeatedly(source, target, prefix, mode, group, feeder, tmp_path / "mirror.log", rng,
+                    (0.7, 2.0))
     for topic in (compacted, plain, txn):
         stable(source.bootstrap_servers, topic, PARTITIONS)
     last = subprocess.run(mirror_command(source, target, prefix, mode, group, "--once"),
