@@ -209,7 +209,6 @@ def crc_rates(repeat):
 def versions():
     import aiokafka
     import confluent_kafka
-    import Cython
     import kafka
 
     import kipproducer
@@ -223,9 +222,20 @@ def versions():
         "kafka-python": kafka.__version__,
         "confluent-kafka": f"{confluent_kafka.version()[0]} (librdkafka "
                            f"{confluent_kafka.libversion()[0]})",
-        "Cython": Cython.__version__,
+        # Cython builds the extensions and need not be installed beside them (pip builds in
+        # an isolated environment), so its version is given only where it is.
+        "Cython": _installed_version("Cython"),
         "numpy": np.__version__,
     }
+
+
+def _installed_version(distribution: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "not installed (the build's own)"
 
 
 def main(argv=None):

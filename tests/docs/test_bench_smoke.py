@@ -1,0 +1,48 @@
+"""Each benchmark script (bench/side_by_side_*.py, whose commands the docs give and
+test_bench_commands.py checks flag by flag) runs end to end at a small size: it starts its
+brokers, runs every contender, checks what they delivered, prints its table and exits 0.
+
+Only the sizes differ from the documented commands (a few thousand records, one round), so a
+script that breaks (a renamed API, a missing package, a contender that loses records) fails
+here rather than in the next session's benchmark run. The Spark benchmark is left to
+test_bench_commands.py: one Spark session costs more than all of these together, and the Spark
+tests start the same source and sink."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench"
+
+# (script, small arguments, a line its report must contain)
+RUNS = [
+    ("side_by_side_core.py", ["--records", "2000", "--repeat", "1"], "vs aiokafka"),
+    ("side_by_side_producer.py", ["--records", "2000", "--repeat", "1", "--callbacks", "both"],
+     "kip produce_batch / confluent produce_batch"),
+    ("side_by_side_copy.py", ["--records", "2000", "--repeat", "1", "--gap-rate", "0.5:1",
+                              "--callbacks", "off"], "kip produce_arrays(offsets=)"),
+    ("side_by_side_mirror.py", ["--records", "2000", "--repeat", "1"], "kip mirror"),
+    ("side_by_side_tls.py", ["--records", "2000", "--repeat", "1"], "TLS"),
+    ("side_by_side_stock.py", ["--records", "2000", "--gap-rate", "0,0.01",
+                               "--conditional-records", "200"], "emulated produce_arrays"),
+    ("side_by_side_broker.py", ["--messages", "2000", "--repeat", "1", "--partitions", "1"],
+     "tansu"),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("script", "args", "expect"), RUNS, ids=[r[0] for r in RUNS])
+def test_benchmark_script_runs_end_to_end(script: str, args: list[str], expect: str,
+                                          tmp_path: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, f"{script} {' '.join(args)}:\n{proc.stderr[-3000:]}"
+    report = proc.stdout + proc.stderr
+    assert expect.lower() in report.lower(), f"{script}: no {expect!r} in:\n{report[-2000:]}"
