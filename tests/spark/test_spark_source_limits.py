@@ -1,11 +1,13 @@
-"""The source's rate limit and offsets by timestamp: maxOffsetsPerTrigger (each micro-batch
-reads at most that many offsets, the backlog shared by partition), startingTimestamp /
-startingOffsetsByTimestamp / endingOffsetsByTimestamp (the first offset at or after the
-timestamp, as ListOffsets answers it)."""
+"""The source's rate limits and offsets by timestamp: maxOffsetsPerTrigger (each micro-batch
+reads at most that many offsets, the backlog shared by partition), minOffsetsPerTrigger /
+maxTriggerDelay (a micro-batch waits for enough new offsets, or for the delay),
+startingTimestamp / startingOffsetsByTimestamp / endingOffsetsByTimestamp (the first offset at
+or after the timestamp, as ListOffsets answers it)."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -110,12 +112,104 @@ def test_offsets_by_timestamp(spark, source) -> None:
         read(maxOffsetsPerTrigger="10")
 
 
+def test_min_offsets_per_trigger_holds_micro_batches_back(source) -> None:
+    """The stream reader as Spark's driver calls it: latestOffset(start, limit) answers start
+    itself (no micro-batch) while fewer than minOffsetsPerTrigger offsets are new, and lets
+    a smaller backlog through once maxTriggerDelay has passed since the last micro-batch."""
+    from kipproducer.spark.source import KipStreamReader
 
-@pytest.mark.parametrize("name", ["minOffsetsPerTrigger", "maxTriggerDelay"])
-def test_options_not_supported_yet_are_refused_by_name(name) -> None:
+    topic = create(source.bootstrap_servers, unique("minrows"), 2)
+    reader = KipStreamReader({"kafka.bootstrap.servers": source.bootstrap_servers,
+                              "subscribe": topic, "startingOffsets": "earliest",
+                              "minOffsetsPerTrigger": "50", "maxTriggerDelay": "3s"})
+    limit = reader.getDefaultReadLimit()
+    start = reader.initialOffset()
+    assert reader.latestOffset(start, limit) == start  # the first trigger: nothing there yet
+
+    produce_timed(source.bootstrap_servers, topic, 30, 2)
+    assert reader.latestOffset(start, limit) == start  # 30 < 50: held back
+
+    produce_timed(source.bootstrap_servers, topic, 30, 2)
+    end = reader.latestOffset(start, limit)
+    assert sum(end[topic].values()) == 60  # 60 >= 50: through
+
+    produce_timed(source.bootstrap_servers, topic, 10, 2)
+    assert reader.latestOffset(end, limit) == end  # 10 < 50, the delay not yet passed
+    time.sleep(3.2)
+    later = reader.latestOffset(end, limit)
+    assert sum(later[topic].values()) == 70  # maxTriggerDelay passed: the 10 go
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"minOffsetsPerTrigger": "10"}, "'minOffsetsPerTrigger' is for streaming queries only"),
+    ({"maxTriggerDelay": "1m"}, "'maxTriggerDelay' is for streaming queries only"),
+])
+def test_trigger_options_refused_in_batch_queries(options, message) -> None:
     from kipproducer.spark.options import OptionError
     from kipproducer.spark.source import ReadPlan
 
-    with pytest.raises(OptionError, match=f"option '{name}' is not supported yet"):
-        ReadPlan({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", name: "10"},
+    with pytest.raises(OptionError, match=message):
+        ReadPlan({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **options},
+                 streaming=False)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"minOffsetsPerTrigger": "100", "maxOffsetsPerTrigger": "10"},
+     r"'minOffsetsPerTrigger' \(100\) is larger than 'maxOffsetsPerTrigger' \(10\)"),
+    ({"minOffsetsPerTrigger": "0"}, "'minOffsetsPerTrigger' must be >= 1"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"},
+     "'maxTriggerDelay' must be a duration such as"),
+    ({"minOffsetsPerTrigger": "5", "maxTriggerDelay": "5 weeks"},
+     "'maxTriggerDelay' must be a duration such as"),
+])
+def test_trigger_options_with_values_that_cannot_work(options, message) -> None:
+    from kipproducer.spark.options import OptionError
+    from kipproducer.spark.source import ReadPlan
+
+    with pytest.raises(OptionError, match=message):
+        ReadPlan({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **options},
                  streaming=True)
+
+
+@pytest.mark.parametrize(("raw", "ms"), [("250", 250), ("500ms", 500), ("30s", 30_000),
+                                         ("15m", 900_000), ("2min", 120_000),
+                                         ("1h", 3_600_000), ("1d", 86_400_000)])
+def test_max_trigger_delay_reads_spark_time_strings(raw, ms) -> None:
+    from kipproducer.spark.source import ReadPlan
+
+    plan = ReadPlan({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t",
+                     "minOffsetsPerTrigger": "5", "maxTriggerDelay": raw}, streaming=True)
+    assert plan.max_trigger_delay_ms == ms
+
+
+def test_min_offsets_per_trigger_in_a_streaming_query(spark, source, tmp_path) -> None:
+    """Spark itself runs no micro-batch while the reader holds the offsets back: 40 records
+    wait (below minOffsetsPerTrigger=60) through several triggers, then go with the next 40
+    in one micro-batch of 80."""
+    topic = create(source.bootstrap_servers, unique("minq"), 2)
+    sizes: list[int] = []
+
+    def batch(df, batch_id) -> None:
+        sizes.append(df.count())
+
+    query = (spark.readStream.format("kip")
+             .option("kafka.bootstrap.servers", source.bootstrap_servers)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("minOffsetsPerTrigger", "60").option("maxTriggerDelay", "1h").load()
+             .writeStream.foreachBatch(batch)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(processingTime="300 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 120
+        while not query.recentProgress and time.monotonic() < deadline:
+            time.sleep(0.2)  # the query's first trigger (nothing to read yet)
+        produce_timed(source.bootstrap_servers, topic, 40, 2)
+        time.sleep(3)  # about ten triggers
+        assert sum(sizes) == 0, sizes
+        produce_timed(source.bootstrap_servers, topic, 40, 2)
+        while sum(sizes) < 80 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert query.exception() is None
+        assert [n for n in sizes if n] == [80], sizes
+    finally:
+        query.stop()

@@ -4,6 +4,7 @@ on the driver so a mistake names the option before any task runs."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -72,6 +73,24 @@ def parse_bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     if raw.lower() in ("true", "false"):
         return raw.lower() == "true"
     raise OptionError(f"option '{name}' must be true or false, got {raw!r}")
+
+
+# Spark's time strings (maxTriggerDelay="15m"): an integer and an optional unit, milliseconds
+# when there is none.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}
+_TIME = re.compile(r"(\d+)\s*([a-z]*)")
+
+
+def parse_duration_ms(options: Mapping[str, str], name: str, default_ms: int) -> int:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default_ms
+    match = _TIME.fullmatch(raw.strip().lower())
+    if match is None or match.group(2) not in ("", *_TIME_UNITS_MS):
+        raise OptionError(f"option '{name}' must be a duration such as 500ms, 30s, 15m, 1h "
+                          f"(units: {', '.join(_TIME_UNITS_MS)}), got {raw!r}")
+    return int(int(match.group(1)) * _TIME_UNITS_MS[match.group(2) or "ms"])
 
 
 def parse_json(options: Mapping[str, str], name: str) -> Any:

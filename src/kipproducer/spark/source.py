@@ -30,6 +30,7 @@ from .options import (
     kafka_properties,
     lower_keys,
     parse_bool,
+    parse_duration_ms,
     parse_int,
     parse_json,
 )
@@ -132,9 +133,20 @@ class ReadPlan:
                             if "maxoffsetspertrigger" in opts else None)
         if self.max_offsets is not None and not streaming:
             raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
-        for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
-            if name.lower() in opts:  # an option silently ignored would read too early
-                raise OptionError(f"option '{name}' is not supported yet (docs/spark.md)")
+        # A micro-batch waits until it has minOffsetsPerTrigger new offsets, or until
+        # maxTriggerDelay has passed since the last one ran (Spark's Kafka source rule).
+        self.min_offsets = (parse_int(opts, "minOffsetsPerTrigger", 0, 1)
+                            if "minoffsetspertrigger" in opts else None)
+        self.max_trigger_delay_ms = parse_duration_ms(opts, "maxTriggerDelay", 15 * 60_000)
+        if not streaming:
+            for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
+                if name.lower() in opts:
+                    raise OptionError(f"option '{name}' is for streaming queries only")
+        if (self.min_offsets is not None and self.max_offsets is not None
+                and self.min_offsets > self.max_offsets):
+            raise OptionError(f"option 'minOffsetsPerTrigger' ({self.min_offsets}) is larger "
+                              f"than 'maxOffsetsPerTrigger' ({self.max_offsets}): no "
+                              "micro-batch could satisfy both")
 
     def _timestamps(self, one: str, each: str) -> int | dict[tuple[str, int], int] | None:
         """A timestamp (ms) for every partition, or one per partition, or None."""
@@ -499,6 +511,9 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
         self.props = self.plan.props
         self.options = self.plan.options
         self.target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
+        # When the last micro-batch was let through (minOffsetsPerTrigger); 0: none yet, so
+        # a query's first trigger never waits.
+        self.last_trigger_ms = 0.0
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read up to the ends as they are now, in as many micro-batches
@@ -526,12 +541,31 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
             if tp in latest and latest[tp] < offset:
                 latest[tp] = offset
         max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable: none
-        if max_rows is not None:
+        waits = self.plan.min_offsets is not None and self.target is None and start
+        if max_rows is not None or waits:
             new = [tp for tp in latest if tp not in since]
             if new:  # read from their first record (partitions()), so counted from there
                 since = {**since, **self.plan.list_offsets(new, EARLIEST)}
+        if waits and self._delays(since, latest):
+            return start  # the same offsets: Spark runs no micro-batch this time
+        if max_rows is not None:
             latest = cap(since, latest, max_rows)
         return offsets_json(latest)
+
+    def _delays(self, since: Mapping[tuple[str, int], int],
+                latest: Mapping[tuple[str, int], int]) -> bool:
+        """minOffsetsPerTrigger: hold the next micro-batch back while fewer offsets than that
+        are new, unless maxTriggerDelay has passed since the last one was let through.
+        (Trigger.AvailableNow never waits: the data it is to read is all there.)"""
+        now_ms = time.time() * 1000
+        if now_ms - self.last_trigger_ms >= self.plan.max_trigger_delay_ms:
+            self.last_trigger_ms = now_ms
+            return False
+        backlog = sum(max(offset - since.get(tp, 0), 0) for tp, offset in latest.items())
+        if backlog < (self.plan.min_offsets or 0):
+            return True
+        self.last_trigger_ms = now_ms
+        return False
 
     def partitions(self, start: dict, end: dict) -> Sequence[OffsetRange]:
         since = from_json(start)
