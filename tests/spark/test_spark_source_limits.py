@@ -192,6 +192,9 @@ def test_min_offsets_per_trigger_in_a_streaming_query(spark, source, tmp_path) -
     def batch(df, batch_id) -> None:
         sizes.append(df.count())
 
+    # A progress report for triggers that run nothing too (Spark's default: every 10 s).
+    quiet_interval = spark.conf.get("spark.sql.streaming.noDataProgressEventInterval")
+    spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", "200ms")
     query = (spark.readStream.format("kip")
              .option("kafka.bootstrap.servers", source.bootstrap_servers)
              .option("subscribe", topic).option("startingOffsets", "earliest")
@@ -206,6 +209,10 @@ def test_min_offsets_per_trigger_in_a_streaming_query(spark, source, tmp_path) -
         produce_timed(source.bootstrap_servers, topic, 40, 2)
         time.sleep(3)  # about ten triggers
         assert sum(sizes) == 0, sizes
+        # The progress shows the backlog held back: the partitions' ends as the source last
+        # saw them (reportLatestOffset), 40 offsets past where the query stands.
+        shown = [p["sources"][0].get("latestOffset") for p in query.recentProgress]
+        assert any(sum(json.loads(o)[topic].values()) == 40 for o in shown if o), shown
         produce_timed(source.bootstrap_servers, topic, 40, 2)
         while sum(sizes) < 80 and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -213,3 +220,4 @@ def test_min_offsets_per_trigger_in_a_streaming_query(spark, source, tmp_path) -
         assert [n for n in sizes if n] == [80], sizes
     finally:
         query.stop()
+        spark.conf.set("spark.sql.streaming.noDataProgressEventInterval", quiet_interval)

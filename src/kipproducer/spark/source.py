@@ -514,6 +514,9 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
         # When the last micro-batch was let through (minOffsetsPerTrigger); 0: none yet, so
         # a query's first trigger never waits.
         self.last_trigger_ms = 0.0
+        # The partitions' ends at the last latestOffset() call, before any limit: what
+        # reportLatestOffset() shows in the query's progress (lag = these - endOffset).
+        self.latest_seen: dict[tuple[str, int], int] | None = None
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: read up to the ends as they are now, in as many micro-batches
@@ -540,6 +543,7 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
         for tp, offset in since.items():
             if tp in latest and latest[tp] < offset:
                 latest[tp] = offset
+        self.latest_seen = dict(latest)
         max_rows = getattr(limit, "max_rows", None)  # ReadMaxRows; ReadAllAvailable: none
         waits = self.plan.min_offsets is not None and self.target is None and start
         if max_rows is not None or waits:
@@ -551,6 +555,12 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
         if max_rows is not None:
             latest = cap(since, latest, max_rows)
         return offsets_json(latest)
+
+    def reportLatestOffset(self) -> dict | None:
+        """The ends of the partitions as last seen (Spark shows them as the source's
+        ``latestOffset`` in each progress report, beside the micro-batch's ``endOffset``: the
+        difference is how far the query is behind), or None before the first look."""
+        return None if self.latest_seen is None else offsets_json(self.latest_seen)
 
     def _delays(self, since: Mapping[tuple[str, int], int],
                 latest: Mapping[tuple[str, int], int]) -> bool:
