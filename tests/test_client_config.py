@@ -149,6 +149,7 @@ def test_bad_values_name_the_property_and_what_is_accepted():
         ({"security.protocol": "tls"},
          "security.protocol='tls': expected plaintext, ssl, sasl_plaintext or sasl_ssl"),
         ({"bootstrap.servers": "nohost"}, "bootstrap.servers='nohost': 'nohost' is not"),
+        ({"partitioner": "roundrobin"}, "partitioner='roundrobin': expected consistent_random, "),
     ]
     for props, message in cases:
         with pytest.raises(ConfigError) as info:

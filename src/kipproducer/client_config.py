@@ -225,9 +225,11 @@ PROPERTIES: tuple[Property, ...] = (
        "records queued and in flight", field="queue_max_messages"),
     _p("queue.buffering.max.kbytes", ENGINE, parse_int, 1_048_576,
        "bytes queued and in flight", field="queue_max_kbytes"),
+    # librdkafka's partitioners, each reproduced exactly by engine/partitioner.py
     _p("partitioner", ENGINE, str, "consistent_random",
        "consistent, consistent_random, murmur2, murmur2_random, fnv1a, fnv1a_random, random",
-       field="partitioner"),
+       field="partitioner", choices=("consistent_random", "consistent", "random", "murmur2",
+                                     "murmur2_random", "fnv1a", "fnv1a_random")),
     _p("socket.timeout.ms", ENGINE, parse_int, 60_000, "connect timeout",
        field="socket_timeout_ms"),
     _p("topic.metadata.refresh.interval.ms", ENGINE, parse_int, 300_000,

@@ -19,19 +19,6 @@ from ..client_config import ConfigError
 from .oauth import OAuthTokens
 from .tls import TlsConfigError, TlsSettings, tls_settings
 
-#: kipproducer's own properties and their defaults (the table: client_config.py).
-KIP_PROPERTIES: dict[str, Any] = client_config.defaults(client_config.KIP)
-
-KIP_MODES = client_config.BY_NAME["kip.mode"].choices
-
-
-def kip_mode(value: Any) -> str:
-    """A ``kip.mode`` value, checked."""
-    return client_config.parse("kip.mode", value)
-
-
-#: security.protocol values librdkafka knows; the engine speaks them all.
-SECURITY_PROTOCOLS = client_config.BY_NAME["security.protocol"].choices
 #: librdkafka's default sasl.mechanism.
 DEFAULT_SASL_MECHANISM: str = client_config.default("sasl.mechanism")
 
@@ -169,12 +156,6 @@ class EngineConfig:
         drop-in Producer must keep working for code that never uses the engine."""
         sasl_settings(props)
         engine_tls_settings(props)
-        cls.check_kip_properties(props)
-
-    @classmethod
-    def check_kip_properties(cls, props: Mapping[str, Any]) -> None:
-        """ConfigError for an unknown kip.* property or a bad value of a known one (the
-        Producer checks these when it is built)."""
         client_config.check_kip_properties(props)
 
     @classmethod
@@ -199,7 +180,7 @@ class EngineConfig:
             # outlive its transaction (message.timeout.ms defaults to, and may not exceed,
             # transaction.timeout.ms).
             config.enable_idempotence = True
-            if not {"delivery.timeout.ms", "message.timeout.ms"} & set(props):
+            if not set(client_config.BY_NAME["delivery.timeout.ms"].names) & set(props):
                 config.delivery_timeout_ms = min(config.delivery_timeout_ms,
                                                  config.transaction_timeout_ms)
             elif config.delivery_timeout_ms > config.transaction_timeout_ms:
@@ -214,16 +195,8 @@ class EngineConfig:
             elif config.max_in_flight > 5:
                 raise ConfigError(
                     "enable.idempotence=true requires max.in.flight <= 5")
-        if config.partitioner not in PARTITIONERS:
-            raise ConfigError(
-                f"partitioner={config.partitioner!r} is not supported by the bulk lane; "
-                f"use one of {', '.join(PARTITIONERS)}")
         return config
 
-
-#: librdkafka partitioners the engine reproduces exactly (see engine/partitioner.py).
-PARTITIONERS = ("consistent_random", "consistent", "random", "murmur2", "murmur2_random",
-                "fnv1a", "fnv1a_random")
 
 #: Property name or alias -> the table's entry, for what EngineConfig keeps in a field.
 _ENGINE_FIELDS = {name: prop for prop in client_config.PROPERTIES if prop.field
