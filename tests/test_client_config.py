@@ -20,7 +20,7 @@ from kipproducer.producer_group import GROUP_PROPERTIES, MEMBER_PROPERTIES, spli
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "kipproducer"
-BEGIN = "<!-- generated: python -m kipproducer.client_config (tests/test_client_config.py) -->"
+BEGIN = "<!-- generated: python -m kipproducer.config_docs (tests/test_client_config.py) -->"
 END = "<!-- end generated -->"
 BOOTSTRAP = {"bootstrap.servers": "127.0.0.1:1"}
 
@@ -32,12 +32,14 @@ def _generated_part(page: Path) -> str:
 
 
 def test_docs_table_is_the_commands_output():
-    printed = subprocess.run([sys.executable, "-m", "kipproducer.client_config"],
-                             capture_output=True, text=True, check=True).stdout
+    run = subprocess.run([sys.executable, "-m", "kipproducer.config_docs"],
+                         capture_output=True, text=True, check=True)
+    printed = run.stdout
+    assert not run.stderr
     assert printed == client_config.table(client_config.of_scope(ENGINE, KIP))
     assert _generated_part(ROOT / "docs" / "producer.md") == printed, (
         "docs/producer.md's config table differs from the table: paste the output of "
-        "`python -m kipproducer.client_config` between its markers")
+        "`python -m kipproducer.config_docs` between its markers")
 
 
 def _markdown_rows(page: Path, header: str) -> dict[str, str]:

@@ -4,10 +4,10 @@ aliases, what it accepts, its default and a line of documentation.
 Everything else reads it: the engine's configuration (engine/config.py), the Producer's split
 of a config dict between librdkafka and kipproducer (producer.py), the producer groups'
 settings (producer_group.py) and the table "Configuration the engine reads" of
-docs/producer.md, which is this module's output::
+docs/producer.md, which config_docs.py prints::
 
-    python -m kipproducer.client_config            # the engine's and kip.* properties
-    python -m kipproducer.client_config --scope group
+    python -m kipproducer.config_docs            # the engine's and kip.* properties
+    python -m kipproducer.config_docs --scope group
 
 (tests/test_client_config.py fails when the page and the output differ). Like librdkafka's
 CONFIGURATION.md, generated from its one property table.
@@ -25,7 +25,6 @@ Scopes say who reads a property and where the Producer sends it:
 
 from __future__ import annotations
 
-import argparse
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -409,22 +408,3 @@ def table(properties: Iterable[Property], header: tuple[str, str] = HEADER) -> s
         names = " / ".join(f"`{n}`" for n in p.names)
         rows.append(f"| {names} | {p.default_text()} | {p.doc} |")
     return "\n".join(rows) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m kipproducer.client_config",
-        description="Print the client property table (Markdown) kipproducer reads.")
-    parser.add_argument("--scope", choices=("engine", "group"), default="engine",
-                        help="engine: the engine's and kip.* properties (docs/producer.md); "
-                             "group: producer groups' (docs/producer-groups.md)")
-    args = parser.parse_args(argv)
-    if args.scope == "group":
-        print(table(of_scope(MEMBER, GROUP), GROUP_HEADER), end="")
-    else:
-        print(table(of_scope(ENGINE, KIP)), end="")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
