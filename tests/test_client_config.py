@@ -11,6 +11,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from kipproducer import client_config
@@ -109,10 +110,12 @@ def test_an_alias_sets_what_its_name_sets(prop):
 
 
 @pytest.mark.parametrize("word,meaning", [
-    ("true", True), ("TRUE", True), ("1", True), ("yes", True), (True, True),
-    ("false", False), ("False", False), ("0", False), ("no", False), (False, False)])
+    ("true", True), ("TRUE", True), ("t", True), ("1", True), ("yes", True), (True, True),
+    ("false", False), ("False", False), ("F", False), ("0", False), ("no", False),
+    (False, False)])
 def test_one_boolean_parser_for_every_boolean_property(word, meaning):
-    """Before the table, kip.* booleans took yes/no and the TLS one did not."""
+    """Before the table, kip.* booleans took yes/no and the TLS one did not, and neither took
+    librdkafka's t / f."""
     assert EngineConfig.from_properties(
         {**BOOTSTRAP, "kip.delivery.report.per.record": word}).per_record_reports is meaning
     assert EngineConfig.from_properties(
@@ -120,6 +123,18 @@ def test_one_boolean_parser_for_every_boolean_property(word, meaning):
     tls = EngineConfig.from_properties({**BOOTSTRAP, "security.protocol": "ssl",
                                         "enable.ssl.certificate.verification": word}).tls
     assert tls is not None and tls.context.check_hostname is meaning
+
+
+def test_the_engine_takes_every_boolean_librdkafka_takes():
+    """A Producer that librdkafka accepts must not fail at its first bulk call over a boolean
+    spelling (librdkafka took ``t`` where the engine refused it)."""
+    for word in ("true", "True", "t", "T", "1", "false", "FALSE", "f", "0", "yes", "no"):
+        try:
+            confluent_kafka.Producer({**BOOTSTRAP, "enable.idempotence": word}).flush(0)
+        except confluent_kafka.KafkaException as exc:
+            assert word in ("yes", "no"), f"librdkafka refused {word!r}: {exc}"
+            continue
+        assert client_config.parse_bool(word) is (word.lower() in ("true", "t", "1", "yes"))
 
 
 def test_no_other_boolean_parser_in_the_client():

@@ -42,10 +42,11 @@ class ConfigError(ValueError):
 
 # ---- the value parsers (each raises ValueError saying what is accepted) ----------------------
 
-#: The one set of boolean spellings (any case). librdkafka's own properties are checked by
-#: librdkafka as well when the Producer is built.
-TRUE_WORDS = ("true", "1", "yes")
-FALSE_WORDS = ("false", "0", "no")
+#: The one set of boolean spellings (any case): librdkafka's (true/t/1, false/f/0), so the
+#: engine takes every value librdkafka's lane does, and yes/no, which kip.* always took.
+#: librdkafka checks its own properties as well when the Producer is built (it refuses yes/no).
+TRUE_WORDS = ("true", "t", "1", "yes")
+FALSE_WORDS = ("false", "f", "0", "no")
 
 
 def parse_bool(value: Any) -> bool:
