@@ -40,15 +40,16 @@ from typing import Any
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
-from . import _accumulator
+from . import _accumulator, client_config
 from ._accumulator import BatchDelivery, report_runs
 from .clients import with_logger
-from .engine.config import KIP_PROPERTIES, ConfigError, EngineConfig, _bool, kip_mode
+from .engine.config import ConfigError, EngineConfig
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
 from .message_layout import install as _install_message_fill
-from .producer_group import ProducerGroup, split_config
+from .producer_group import MemberTransactions, ProducerGroup, split_config
+from .record_fields import as_list, column_rows, header_rows, per_record_headers
 from .records import decode_batches
 from .stock import hooks as _stock
 
@@ -122,21 +123,17 @@ class Producer(confluent_kafka.Producer):
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
         conf = dict(config or {})
         conf.update(kwargs)
-        for name in conf:
-            if name.startswith("kip.") and name not in KIP_PROPERTIES:
-                raise ConfigError(f"unknown kipproducer property {name!r}; known: "
-                                  + ", ".join(sorted(KIP_PROPERTIES)))
-        # kip.* values are checked now too, not at the first bulk call.
-        EngineConfig.check_kip_properties(conf)
+        # kip.* names and values are checked now, not at the first bulk call.
+        client_config.check_kip_properties(conf)
         # Producer groups (KIP-509): their properties are not librdkafka's producer's.
         conf, group_settings = split_config(conf)
         # librdkafka's log lines go to Python logging (clients.LIBRDKAFKA_LOGGER, repeats
         # dropped) unless the config gives a logger.
-        super().__init__(with_logger({k: v for k, v in conf.items()
-                                      if not k.startswith("kip.")}))
+        super().__init__(with_logger(client_config.librdkafka_properties(conf)))
         self._conf = conf
         self._group: ProducerGroup | None = (
-            ProducerGroup(self, conf, group_settings) if group_settings is not None else None)
+            ProducerGroup(self, MemberTransactions(self._txn_state, self._commit_txn_only),
+                          conf, group_settings) if group_settings is not None else None)
         self._engine = None
         self._default_on_delivery = conf.get("on_delivery") or conf.get("delivery.report.cb")
         # With transactional.id: the engine's transaction manager, or None when the engine
@@ -153,7 +150,7 @@ class Producer(confluent_kafka.Producer):
                     str(conf["transactional.id"]), txn_config.transaction_timeout_ms,
                     txn_config.retry_backoff_ms)
         self._transactional = bool(conf.get("transactional.id")) and self._txn is None
-        self._per_record_reports = _bool(conf.get("kip.delivery.report.per.record", False))
+        self._per_record_reports = client_config.value(conf, "kip.delivery.report.per.record")
         # Why records with offsets / expected offsets cannot go (the configuration is fixed).
         self._kip_refusals = (self._kip_refusal(True), self._kip_refusal(False))
         # The C produce() appends offset= / expected_offset= records itself only when nothing
@@ -165,7 +162,7 @@ class Producer(confluent_kafka.Producer):
         # kip.mode (docs/stock-clusters.md): offset= / expected_offset= on a topic whose
         # brokers lack the extension go to the emulation (kipproducer.stock); the C produce()
         # takes them only once a topic is known native.
-        self._kip_mode = kip_mode(conf.get("kip.mode", "auto"))
+        self._kip_mode = client_config.value(conf, "kip.mode")
         self._kip_topic_modes: dict[str, str] = {}
         self._emulation = None
         self._kip_direct_native = self._kip_direct
@@ -350,10 +347,10 @@ class Producer(confluent_kafka.Producer):
             with engine.lock:
                 added = engine.acc.append_arrays(
                     topic, parts if isinstance(parts, int) else parts[sl],
-                    _rows(values, done, stop), keys=_rows(keys, done, stop),
+                    column_rows(values, done, stop), keys=column_rows(keys, done, stop),
                     timestamps=None if timestamps is None else timestamps[sl],
                     offsets=None if offsets is None else offsets[sl],
-                    headers=_header_rows(headers, done, stop, n), opaque=target,
+                    headers=header_rows(headers, done, stop, n), opaque=target,
                     expected_offset=None if expected_offset is None
                     else expected_offset + done)
             self._lanes[topic][1] += added
@@ -645,10 +642,10 @@ class Producer(confluent_kafka.Producer):
 
     def _arrays_through_librdkafka(self, topic, values, keys, headers, timestamps, partition,
                                    on_delivery) -> int:
-        values = _as_list(values)
-        keys = _as_list(keys) if keys is not None else [None] * len(values)
+        values = as_list(values)
+        keys = as_list(keys) if keys is not None else [None] * len(values)
         n = len(values)
-        per_record = _per_record_headers(headers, n)
+        per_record = per_record_headers(headers, n)
         for i in range(n):
             kwargs: dict[str, Any] = {}
             if timestamps is not None:
@@ -806,6 +803,10 @@ class Producer(confluent_kafka.Producer):
         self._commit_txn_only(*(() if timeout is None else (timeout,)))
         group.committed(updates)
 
+    def _txn_state(self) -> TxnState | None:
+        """The engine's transaction state (None: no engine transactions), for the group."""
+        return None if self._txn is None else self._txn.state
+
     def _commit_txn_only(self, *args: Any, **kwargs: Any) -> None:
         if self._txn is None:
             return super().commit_transaction(*args, **kwargs)
@@ -838,7 +839,7 @@ class Producer(confluent_kafka.Producer):
         """Liveness while the source is idle: serves the group (callbacks run here) and the
         periodic positions commit. Returns the owned partitions and their positions."""
         group = self._require_group("alive")
-        group._require()
+        group.require_member()
         group.poll(0)
         group.periodic_commit()
         return dict(group.positions)
@@ -856,9 +857,9 @@ class Producer(confluent_kafka.Producer):
             raise KafkaException(KafkaError(
                 KafkaError._STATE, "commit_positions() is the at-least-once mode; with "
                 "transactional.id commit positions with commit_transaction(positions=...)"))
-        group._require()
+        group.require_member()
         group.poll(0)
-        group._check_owned(positions, "commit_positions")
+        group.check_owned(positions, "commit_positions")
         wait = None if timeout is None or timeout < 0 else float(timeout)
         deadline = None if wait is None else time.monotonic() + wait
         updates = group.prepare(positions, "commit_positions")
@@ -869,7 +870,7 @@ class Producer(confluent_kafka.Producer):
                 KafkaError._TIMED_OUT, f"commit_positions: {left} record(s) not delivered in "
                 "time; no position was committed", retriable=True))
         if updates:
-            group._check_owned(updates, "commit_positions")  # a callback may have run
+            group.check_owned(updates, "commit_positions")  # a callback may have run
             group.commit_direct(updates, group.offsets(updates, delivered),
                                 None if deadline is None
                                 else max(deadline - time.monotonic(), 0.1))
@@ -1055,48 +1056,8 @@ def _timeout_arg(call: str, args: tuple, kwargs: dict) -> float | None:
     return None if timeout is None else float(timeout)
 
 
-def _as_list(column) -> list:
-    if hasattr(column, "to_pylist"):
-        return column.to_pylist()
-    if isinstance(column, tuple) and len(column) == 2:
-        data, offsets = column
-        data = bytes(data)
-        return [data[int(offsets[i]):int(offsets[i + 1])] for i in range(len(offsets) - 1)]
-    return list(column)
-
-
-def _rows(column, start: int, stop: int):
-    """Records ``start`` to ``stop`` of a column ((data, offsets) columns keep absolute
-    offsets into their data)."""
-    if column is None:
-        return None
-    if isinstance(column, tuple) and len(column) == 2 and not isinstance(
-            column[0], (bytes, type(None))):
-        data, offsets = column
-        return (data, offsets[start:stop + 1])
-    return column[start:stop]
-
-
-def _per_record_headers(headers, total: int) -> bool:
-    """The accumulator's rule: n entries, the first None / a list / a dict: one per record;
-    anything else (a dict, a list of (key, value) pairs) is shared by every record."""
-    return (headers is not None and not isinstance(headers, dict)
-            and hasattr(headers, "__len__") and hasattr(headers, "__getitem__")
-            and len(headers) == total and total > 0
-            and (headers[0] is None or isinstance(headers[0], (list, dict))))
-
-
-def _header_rows(headers, start: int, stop: int, total: int):
-    if _per_record_headers(headers, total):
-        return headers[start:stop]
-    return headers
-
-
 def _delivery_timeout_s(conf: dict) -> float:
-    for name in ("delivery.timeout.ms", "message.timeout.ms"):
-        if name in conf:
-            return int(conf[name]) / 1000
-    return 300.0
+    return client_config.value(conf, "delivery.timeout.ms") / 1000
 
 
 # ---- kip mirror's entry points (mirror/writers.py) -------------------------------------------

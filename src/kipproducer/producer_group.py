@@ -35,35 +35,23 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from . import client_config
+from .client_config import ConfigError
 from .clients import OUT_OF_RANGE, connection_properties, first_records
-from .engine.config import ConfigError
-
-if TYPE_CHECKING:
-    from .producer import Producer
+from .engine.transactions import TxnState
 
 log = logging.getLogger("kipproducer.groups")
 
 #: Properties only producer groups know (their presence turns group mode on; all need
-#: ``group.id`` and ``source.partition.count``), with their defaults.
-GROUP_PROPERTIES: dict[str, Any] = {
-    "source.partition.count": None,            # required
-    "max.alive.interval.ms": 300_000,          # the internal consumer's max.poll.interval.ms
-    "positions.commit.interval.ms": 60_000,    # the periodic (KIP-910) positions commit
-    "update_offsets_cb": None,                 # KIP-910 hook
-    "positions.topic": None,                   # default: __kip_positions_<group.id>
-    "positions.commit.timeout.ms": 30_000,     # reading / committing positions (no timeout)
-}
+#: ``group.id`` and ``source.partition.count``), with their defaults (client_config.py's table).
+GROUP_PROPERTIES: dict[str, Any] = client_config.defaults(client_config.GROUP)
 #: Consumer properties a group member passes to its internal consumer (not to the producer).
-MEMBER_PROPERTIES: dict[str, Any] = {
-    "group.id": None,
-    "session.timeout.ms": 45_000,              # librdkafka's default
-    "group.instance.id": None,                 # static membership
-    "heartbeat.interval.ms": None,             # default: session.timeout.ms / 10, <= 3000
-}
+MEMBER_PROPERTIES: dict[str, Any] = client_config.defaults(client_config.MEMBER)
 POSITIONS_TOPIC_PREFIX = "__kip_positions_"
 #: Kafka's default offset.metadata.max.bytes: the longest position (UTF-8 bytes).
 MAX_POSITION_BYTES = 4096
@@ -116,27 +104,17 @@ def split_config(conf: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     if not group_id or not isinstance(group_id, str):
         raise ConfigError("producer groups (source.partition.count, max.alive.interval.ms, "
                           "positions.*, update_offsets_cb) need group.id")
-    count = settings["source.partition.count"]
-    if isinstance(count, bool) or not isinstance(count, (int, str)) or not str(count).isdigit() \
-            or int(count) < 1:
-        raise ConfigError(f"source.partition.count={count!r}: a producer group needs a "
-                          "number of source partitions >= 1")
-    settings["source.partition.count"] = int(count)
-    for name in ("max.alive.interval.ms", "positions.commit.interval.ms", "session.timeout.ms",
-                 "positions.commit.timeout.ms"):
-        try:
-            settings[name] = int(settings[name])
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name}={settings[name]!r}: expected milliseconds") from None
-        if settings[name] <= 0:
-            raise ConfigError(f"{name}={settings[name]!r}: must be > 0")
+    if settings["source.partition.count"] is None:
+        raise ConfigError("source.partition.count=None: a producer group needs a number of "
+                          "source partitions >= 1")
+    for name in ("source.partition.count", "max.alive.interval.ms",
+                 "positions.commit.interval.ms", "session.timeout.ms",
+                 "positions.commit.timeout.ms", "update_offsets_cb"):
+        settings[name] = client_config.parse(name, settings[name])
     if settings["max.alive.interval.ms"] < settings["session.timeout.ms"]:
         raise ConfigError(f"max.alive.interval.ms={settings['max.alive.interval.ms']} must be "
                           f">= session.timeout.ms={settings['session.timeout.ms']} (it is the "
                           "internal consumer's max.poll.interval.ms)")
-    hook = settings["update_offsets_cb"]
-    if hook is not None and not callable(hook):
-        raise ConfigError("update_offsets_cb must be callable(positions) -> dict | None")
     if not settings["positions.topic"]:
         settings["positions.topic"] = POSITIONS_TOPIC_PREFIX + group_id
     return producer_conf, settings
@@ -164,12 +142,46 @@ def check_position(partition: Any, position: Any, what: str) -> None:
                      f"at most {MAX_POSITION_BYTES - 1} bytes")
 
 
+class GroupProducer(Protocol):
+    """What a member uses of its producer (kipproducer.Producer, which builds the group: the
+    dependency runs from producer.py to this module only). The producer is also what the
+    application's callbacks get."""
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, *args: Any,
+                **kwargs: Any) -> None: ...
+
+    def flush(self, timeout: float | None = None) -> int: ...
+
+    def poll(self, timeout: float | None = None) -> int: ...
+
+    def begin_transaction(self) -> None: ...
+
+    def abort_transaction(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def send_offsets_to_transaction(self, positions: Any, group_metadata: Any, *args: Any,
+                                    **kwargs: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class MemberTransactions:
+    """The producer's transactions as its group sees them (the producer hands them over when
+    it builds the group)."""
+
+    #: The engine's transaction state; None when the producer runs no engine transactions
+    #: (no transactional.id, or librdkafka keeps them).
+    state: Callable[[], TxnState | None]
+    #: Commits the open transaction as it is (commit_transaction without the group's
+    #: positions, which the caller has added already).
+    commit: Callable[[], None]
+
+
 class ProducerGroup:
     """One member of a producer group: the internal consumer and the owned positions."""
 
-    def __init__(self, producer: Producer, conf: Mapping[str, Any],
-                 settings: dict[str, Any]) -> None:
+    def __init__(self, producer: GroupProducer, transactions: MemberTransactions,
+                 conf: Mapping[str, Any], settings: dict[str, Any]) -> None:
         self.producer = producer
+        self.transactions = transactions
         self.conf = conf
         self.settings = settings
         self.group_id: str = settings["group.id"]
@@ -460,13 +472,16 @@ class ProducerGroup:
     def owned(self) -> list[int]:
         return sorted(self.positions)
 
-    def _require(self) -> Consumer:
+    def require_member(self) -> Consumer:
+        """The internal consumer; KafkaException(_STATE) before subscribe()."""
         if self.consumer is None:
             raise _error(KafkaError._STATE, "call subscribe() first: this producer is not a "
                          f"member of group {self.group_id!r} yet")
         return self.consumer
 
-    def _check_owned(self, positions: Mapping, what: str) -> dict[int, str | None]:
+    def check_owned(self, positions: Mapping, what: str) -> dict[int, str | None]:
+        """``positions`` checked: {owned source partition: position str or None};
+        KafkaException(_INVALID_ARG) naming what is wrong (``what``: the call)."""
         if positions is None:
             return {}
         if not isinstance(positions, Mapping):
@@ -489,9 +504,9 @@ class ProducerGroup:
 
     def prepare(self, positions: Mapping | None, what: str) -> dict[int, str | None]:
         """The positions to commit: ``positions`` (checked), then the KIP-910 hook's."""
-        self._require()
+        self.require_member()
         self.poll(0)
-        updates = self._check_owned(positions, what)
+        updates = self.check_owned(positions, what)
         if self.hook is not None:
             proposed = {**self.positions, **updates}
             returned = self.hook(dict(proposed))
@@ -500,7 +515,7 @@ class ProducerGroup:
                     raise _error(KafkaError._INVALID_ARG, "update_offsets_cb must return a "
                                  "dict {source partition: position str or None} or None, not "
                                  f"{type(returned).__name__}")
-                updates.update(self._check_owned(returned, "update_offsets_cb"))
+                updates.update(self.check_owned(returned, "update_offsets_cb"))
         return updates
 
     def write_records(self, updates: Mapping[int, str | None]) -> dict[int, Any]:
@@ -535,7 +550,7 @@ class ProducerGroup:
                 raise _error(code, f"positions of group {self.group_id!r} not committed: the "
                              f"record of source partition {p}'s position in {self.topic!r}: "
                              f"{why}", retriable=outcome is None or outcome.retriable(),
-                             txn_requires_abort=self.producer._txn is not None,
+                             txn_requires_abort=self.transactions.state() is not None,
                              fatal=outcome is not None and outcome.fatal())
             out.append(TopicPartition(self.topic, p, outcome + 1 if pos is not None
                                       else DELETED, metadata=pos or ""))
@@ -581,13 +596,13 @@ class ProducerGroup:
         self._last_commit = time.monotonic()
 
     def group_metadata(self) -> Any:
-        return self._require().consumer_group_metadata()
+        return self.require_member().consumer_group_metadata()
 
     def commit_direct(self, updates: Mapping[int, str | None], offsets: list[TopicPartition],
                       timeout: float | None) -> None:
         """OffsetCommit (at-least-once mode, the records written and flushed), retried while
         the membership settles."""
-        consumer = self._require()
+        consumer = self.require_member()
         wait = self.io_timeout_s if timeout is None or timeout < 0 else timeout
         deadline = time.monotonic() + wait
         while True:
@@ -598,8 +613,8 @@ class ProducerGroup:
                 code = error.code()
                 if code in _COMMIT_RETRY and time.monotonic() < deadline:
                     self.poll(0.1)
-                    self._check_owned(updates, "commit_positions")
-                    consumer = self._require()
+                    self.check_owned(updates, "commit_positions")
+                    consumer = self.require_member()
                     continue
                 if (code in _STALE_GENERATION and time.monotonic() < deadline
                         and not self._polling):
@@ -609,8 +624,8 @@ class ProducerGroup:
                     # assignment and rejoin: hold the "lost" partitions back from the
                     # application until the new assignment shows whether they stay here.
                     self._await_generation(consumer, updates, deadline)
-                    self._check_owned(updates, "commit_positions")
-                    consumer = self._require()
+                    self.check_owned(updates, "commit_positions")
+                    consumer = self.require_member()
                     continue
                 if code in _FENCED_CODES or code in _STALE_GENERATION:
                     inside = self._polling
@@ -667,17 +682,15 @@ class ProducerGroup:
                 or time.monotonic() - self._last_commit < self.commit_interval_s):
             return
         producer = self.producer
-        txn = producer._txn
-        if txn is not None:
-            from .engine.transactions import TxnState
-
-            if txn.state is not TxnState.READY:
-                return  # a transaction is open: its commit_transaction asks the hook
+        transactions = self.transactions
+        state = transactions.state()
+        if state is not None and state is not TxnState.READY:
+            return  # a transaction is open: its commit_transaction asks the hook
         self._last_commit = time.monotonic()  # a failing hook is not asked again at once
         updates = self.prepare(None, "update_offsets_cb")
         if not updates:
             return
-        if txn is None:
+        if state is None:
             # Only the position records are waited for: the hook's positions count as
             # acknowledged, and a produce path must not wait for the application's records.
             delivered = self.write_records(updates)
@@ -689,9 +702,9 @@ class ProducerGroup:
         producer.begin_transaction()
         try:
             self.add_to_transaction(updates, None)
-            producer._commit_txn_only()
+            transactions.commit()
         except KafkaException:
-            if txn.state is not TxnState.FATAL_ERROR:
+            if transactions.state() is not TxnState.FATAL_ERROR:
                 producer.abort_transaction()
             raise
         self.committed(updates)

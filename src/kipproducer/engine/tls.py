@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..client_config import default, parse_bool
+
 #: librdkafka's keystore properties: PKCS#12 / Windows stores the engine does not read.
 UNSUPPORTED = ("ssl.keystore.location", "ssl.certificate.store.location",
                "ssl.engine.location", "ssl_engine_callback_data", "ssl.providers")
@@ -46,12 +48,11 @@ class TlsSettings:
 
 
 def _bool(name: str, value: Any) -> bool:
-    text = str(value).strip().lower()
-    if text in ("true", "1"):
-        return True
-    if text in ("false", "0"):
-        return False
-    raise TlsConfigError(f"{name}={value!r}: expected true or false")
+    """The one boolean parser (client_config.parse_bool), failing as TLS settings do."""
+    try:
+        return parse_bool(value)
+    except ValueError as exc:
+        raise TlsConfigError(f"{name}={value!r}: {exc}") from None
 
 
 def tls_settings(props: Mapping[str, Any]) -> TlsSettings:
@@ -62,12 +63,14 @@ def tls_settings(props: Mapping[str, Any]) -> TlsSettings:
                 f"{name} is not supported by kipproducer's engine: give the certificate and "
                 "key as PEM (ssl.certificate.location + ssl.key.location, or ssl.certificate.pem "
                 "+ ssl.key.pem)")
-    algorithm = str(props.get("ssl.endpoint.identification.algorithm", "https")).strip().lower()
+    algorithm = str(props.get("ssl.endpoint.identification.algorithm",
+                              default("ssl.endpoint.identification.algorithm"))).strip().lower()
     if algorithm not in ("https", "none"):
         raise TlsConfigError(
             f"ssl.endpoint.identification.algorithm={algorithm!r}: expected https or none")
     verify = _bool("enable.ssl.certificate.verification",
-                   props.get("enable.ssl.certificate.verification", "true"))
+                   props.get("enable.ssl.certificate.verification",
+                             default("enable.ssl.certificate.verification")))
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     check_hostname = verify and algorithm == "https"

@@ -36,7 +36,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine.cluster import BrokerBackoff, Cluster
-from ..engine.config import ConfigError, SaslSettings, _sasl_settings, _tls_settings
+from ..engine.config import ConfigError, SaslSettings
+from ..engine.config import engine_tls_settings as _tls_settings
+from ..engine.config import sasl_settings as _sasl_settings
 from ..engine.connection import BrokerConnection, BrokerConnectionError
 from ..engine.tls import TlsSettings
 from ..protocol import build_request

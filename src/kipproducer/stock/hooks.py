@@ -121,7 +121,8 @@ def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, time
                    expected: int | None) -> int:
     import numpy as np
 
-    from ..producer import _as_list, _per_record_headers
+    from ..record_fields import as_list as _as_list
+    from ..record_fields import per_record_headers as _per_record_headers
 
     values = _as_list(values)
     n = len(values)
