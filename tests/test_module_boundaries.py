@@ -29,6 +29,10 @@ PRIVATE_READS_LEFT = {
 # (importer, imported) pairs where only the second may import the first.
 ONE_WAY = [
     ("mirror/writers.py", "mirror/core.py"),  # core runs writers; writers see a MirrorView
+    # the engine owns the transaction manager; the manager gets EngineHooks, imports no engine
+    ("engine/transactions.py", "engine/engine.py"),
+    ("engine/txn_requests.py", "engine/engine.py"),
+    ("engine/txn_state.py", "engine/transactions.py"),
 ]
 
 
