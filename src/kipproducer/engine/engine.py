@@ -262,8 +262,10 @@ class Engine:
         self._flushing = 0
         self._closing = False
         # The producer id and epoch are kept once, in the accumulator (acc.producer_id,
-        # acc.producer_epoch): it stamps them on every batch it drains. A transactional
-        # producer's id comes from init_transactions(), not from here.
+        # acc.producer_epoch, C: it stamps them on every batch it drains); the engine and the
+        # TransactionManager read them there. A batch's own producer_id / producer_epoch are
+        # what it was stamped with, derived from that store: a retry resends them unchanged.
+        # A transactional producer's id comes from init_transactions(), not from here.
         self._need_new_producer_id = config.enable_idempotence and txn is None
         self._fatal: KafkaError | None = None
         self.dead = False                     # the sender thread has ended

@@ -91,10 +91,6 @@ class TransactionManager:
         return self.machine.state
 
     @property
-    def error(self) -> KafkaError | None:
-        return self.machine.error
-
-    @property
     def sending(self) -> bool:
         """Whether batches may go out (a failing or aborting transaction sends no more)."""
         return self.machine.sending
@@ -131,21 +127,21 @@ class TransactionManager:
         """Carry out what the machine decided (event loop)."""
         if not effects:
             return
-        hooks, requests = self._engine()
+        hooks = self._engine()[0]
         for effect in effects:
+            if effect is Effect.WAKE:
+                hooks.wake()
+                continue
+            error = self.machine.error
+            assert error is not None  # PURGE and FAIL come from a failure, which sets it
             if effect is Effect.PURGE:
-                log.error("transaction failed: %s", self.machine.error.str()
-                          if self.machine.error else "?")
+                log.error("transaction failed: %s", error.str())
                 # Later in the loop, not here: this may run inside the engine's report
                 # path, which may be walking the very queues a purge empties.
                 hooks.call_soon(hooks.purge)
-            elif effect is Effect.FAIL:
-                error = self.machine.error
-                assert error is not None
+            else:
                 log.error("fatal transaction error: %s", error.str())
                 hooks.fail(error)
-            elif effect is Effect.WAKE:
-                hooks.wake()
 
     # ---- the engine's side (event loop) -------------------------------------------------------
 
