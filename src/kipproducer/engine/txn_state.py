@@ -13,9 +13,9 @@ AbortableError it raises the transaction's error (``txn_requires_abort()``), in 
 fatal one (``fatal()``). Errors are ``KafkaException(KafkaError)`` flagged as librdkafka flags
 them. Each coordinator API has its table of error code -> :class:`Action`
 (``ADD_PARTITIONS_ERRORS``, ``ADD_OFFSETS_ERRORS``, ``TXN_OFFSET_COMMIT_ERRORS``,
-``END_TXN_ERRORS``, ``INIT_PID_ERRORS``; a code not listed makes the transaction
-abortable); :meth:`TxnMachine.batch_failed` is the Produce side (docs/producer.md has the
-table).
+``END_TXN_ERRORS``, ``INIT_PID_ERRORS``, ``FIND_COORDINATOR_ERRORS``; a code not listed
+makes the transaction abortable, except for InitProducerId and FindCoordinator);
+:meth:`TxnMachine.batch_failed` is the Produce side (docs/producer.md has the table).
 
 The machine only decides. A change that needs work done returns :class:`Effect` values, an
 answer from the coordinator returns an :class:`Outcome`; engine/transactions.py and
@@ -129,6 +129,10 @@ END_TXN_ERRORS = {
     ec.INVALID_PRODUCER_EPOCH: Action.FATAL, ec.PRODUCER_FENCED: Action.FATAL,
     ec.INVALID_TXN_STATE: Action.FATAL,
 }
+# FindCoordinator: any other error is asked again (the coordinator may be starting); a group
+# the producer may not use fails the offsets only, so the transaction, not the producer.
+FIND_COORDINATOR_ERRORS = {ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Action.FATAL,
+                           ec.GROUP_AUTHORIZATION_FAILED: Action.ABORTABLE}
 # InitProducerId: every error that is not retriable ends the producer (librdkafka's
 # idempotence layer), fencing as _FENCED.
 INIT_PID_ERRORS = {**_COORDINATOR_MOVED, ec.COORDINATOR_LOAD_IN_PROGRESS: Action.RETRY,
@@ -470,10 +474,11 @@ class TxnMachine:
             return DONE
         what = "transaction" if key_type == TRANSACTION_KEY else "group"
         text = f"FindCoordinator({what} {key}): {error_text(code)}"
-        if code == ec.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        action = FIND_COORDINATOR_ERRORS.get(code, Action.RETRY)
+        if action is Action.FATAL:
             error = KafkaError(code, text, fatal=True)
             return Outcome(error=error, effects=self.fail_fatal(error))
-        if code == ec.GROUP_AUTHORIZATION_FAILED:  # the offsets only: abortable
+        if action is Action.ABORTABLE:
             error = KafkaError(code, text, txn_requires_abort=True)
             return Outcome(error=error, effects=self.fail_abortable(error))
         return Outcome(retry=Retry(f"no {what} coordinator for {key}: {error_text(code)}",
