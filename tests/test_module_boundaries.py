@@ -38,6 +38,10 @@ ONE_WAY = [
     # the producer builds its group and hands it MemberTransactions; the group sees the
     # producer as a GroupProducer
     ("producer_group.py", "producer.py"),
+    # the engine owns the transaction manager; the manager gets EngineHooks, imports no engine
+    ("engine/transactions.py", "engine/engine.py"),
+    ("engine/txn_requests.py", "engine/engine.py"),
+    ("engine/txn_state.py", "engine/transactions.py"),
 ]
 
 

@@ -59,6 +59,13 @@ from ..protocol.api_keys import INIT_PRODUCER_ID, PRODUCE
 from .cluster import Cluster
 from .config import EngineConfig
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
+from .transactions import EngineHooks
+from .txn_requests import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    INIT_PRODUCER_ID_MAX_VERSION,
+    request_producer_id,
+)
+from .txn_state import Action, init_pid_action
 
 if TYPE_CHECKING:
     from .transactions import TransactionManager
@@ -236,10 +243,8 @@ class Engine:
         self.config = config
         # A transactional producer's manager (engine/transactions.py): it takes the producer
         # id (init_transactions), says which partitions may be sent to (AddPartitionsToTxn)
-        # and hears of every failed batch.
+        # and hears of every failed batch. It is handed EngineHooks once the sender runs.
         self.txn = txn
-        if txn is not None:
-            txn.engine = self
         self.acc = RecordAccumulator(
             batch_size=config.batch_size, batch_num_messages=config.batch_num_messages,
             linger_ms=config.linger_ms, max_bytes=config.queue_max_kbytes * 1024,
@@ -256,7 +261,10 @@ class Engine:
         self._partitions: dict[tuple[str, int], PartitionSender] = {}
         self._flushing = 0
         self._closing = False
-        self._producer_id = -1
+        # The producer id and epoch are kept once, in the accumulator (acc.producer_id,
+        # acc.producer_epoch, C: it stamps them on every batch it drains); the engine and the
+        # TransactionManager read them there. A batch's own producer_id / producer_epoch are
+        # what it was stamped with, derived from that store: a retry resends them unchanged.
         # A transactional producer's id comes from init_transactions(), not from here.
         self._need_new_producer_id = config.enable_idempotence and txn is None
         self._fatal: KafkaError | None = None
@@ -280,6 +288,13 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="kip-sender", daemon=True)
         self._thread.start()
         self._ready.wait()
+        if txn is not None:
+            acc = self.acc
+            txn.attach(EngineHooks(
+                run=self.call, call_soon=self._call_soon, purge=self.purge_transaction,
+                fail=self.fail_transactional, wake=self.wake_sender,
+                adopt_producer=self.set_producer,
+                producer=lambda: (acc.producer_id, acc.producer_epoch), cluster=self.cluster))
 
     # ---- caller side ------------------------------------------------------------------------
 
@@ -466,7 +481,7 @@ class Engine:
         self._call_soon(self._set_wake)
         self._thread.join(timeout)
 
-    # ---- transactions (called by the TransactionManager, on the event loop) ------------------
+    # ---- transactions (the TransactionManager's EngineHooks, on the event loop) --------------
 
     def set_producer(self, producer_id: int, producer_epoch: int) -> None:
         """A transactional producer id / epoch: batches not yet acknowledged are re-stamped
@@ -484,7 +499,6 @@ class Engine:
                 sender.failed.clear()
                 sender.pending.clear()
             self.acc.set_producer(producer_id, producer_epoch)
-        self._producer_id = producer_id
 
     def purge_transaction(self) -> int:
         """Drop every record not in flight (reported with _PURGE_QUEUE, as librdkafka does
@@ -524,10 +538,6 @@ class Engine:
 
     def wake_sender(self) -> None:
         self._call_soon(self._set_wake)
-
-    def call_soon(self, fn) -> None:
-        """Run ``fn`` on the event loop, after what runs now (from any thread)."""
-        self._call_soon(fn)
 
     # ---- sender thread ----------------------------------------------------------------------
 
@@ -647,22 +657,22 @@ class Engine:
                    for key, s in self._partitions.items() if key not in self._broken)
 
     async def _init_producer_id(self) -> None:
+        """The idempotent producer's id (a transactional producer's comes from its
+        TransactionManager, through the same request)."""
         try:
             conn = await self.cluster.any_connection()
             # The cluster's first answer says whether runs of offsets may be packed (§9).
             self.acc.pack_runs = conn.supports_feature(FEATURE_PRODUCE_OFFSETS,
                                                        MULTI_BATCH_VERSION)
-            version = conn.version_for(INIT_PRODUCER_ID, 4)
-            response = await conn.request(INIT_PRODUCER_ID, version, build_request(
-                INIT_PRODUCER_ID, version, transactional_id=None,
-                transaction_timeout=60000,
-                **({"producer_id": -1, "producer_epoch": -1} if version >= 3 else {})))
+            version = conn.version_for(INIT_PRODUCER_ID, INIT_PRODUCER_ID_MAX_VERSION)
+            response = await request_producer_id(conn, version, None,
+                                                 DEFAULT_TRANSACTION_TIMEOUT_MS, None)
         except (BrokerConnectionError, OSError) as exc:
             log.info("InitProducerId failed, will retry: %s", exc)
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
             return
         if response.error_code != ec.NONE:
-            if ec.is_retriable(response.error_code):
+            if init_pid_action(response.error_code) is not Action.FATAL:
                 await asyncio.sleep(self.config.retry_backoff_ms / 1000)
                 return
             self._fatal = kafka_error(response.error_code, "InitProducerId failed")
@@ -681,7 +691,7 @@ class Engine:
         if refused is not None:  # SASL refused us: what waits fails now, not at its timeout
             self._fail_waiting(kafka_error(AUTHENTICATION, refused))
         if self._fatal is not None or (self.config.enable_idempotence
-                                       and self._producer_id < 0):
+                                       and self.acc.producer_id < 0):
             # Nothing can be sent until there is a producer id (or ever, after a fatal
             # error); batches waiting for it still time out (delivery.timeout.ms).
             self._fail_waiting(self._fatal)
@@ -1034,7 +1044,7 @@ class Engine:
         True when the loop has nothing to do for these partitions now (it is not woken)."""
         if (self._need_metadata or self._need_new_producer_id or self._fatal is not None
                 or self._closing or not conn.connected or conn.congested
-                or (self.config.enable_idempotence and self._producer_id < 0)):
+                or (self.config.enable_idempotence and self.acc.producer_id < 0)):
             return False
         # Every partition led by this broker that has batches to send, in the loop's order:
         # the freed budget is not only the answered partitions' to take.
