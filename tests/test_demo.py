@@ -164,3 +164,28 @@ def test_demo_without_spark_says_how_to_install_it(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", real)
     monkeypatch.setattr(kip_spark, "find_java", lambda: None)
     assert "no Java for Spark" in kip_spark.unavailable_reason()
+
+
+def test_demo_onto_a_target_without_the_extension_copies_identically():
+    """--target-mode emulated: the target is the stock stand-in (kip.extensions.enable=false),
+    the same mirror keeps every offset with Kafka's transactions, and the table (read at
+    read_committed by librdkafka) shows both sides identical."""
+    run = _run_demo("--records", "5000", "--no-spark", "--target-mode", "emulated")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "the target without the KIP-WIRE extension" in run.stdout
+    assert "by Kafka's transactions" in run.stdout
+    table = _rows(run.stdout)
+    assert sorted(table) == [0, 1, 2], run.stdout
+    for partition, sides in table.items():
+        source, target = sides["source"], sides["target"]
+        assert target["identical"] == "yes", (partition, run.stdout)
+        for column in ("low", "high", "first", "last", "records", "gaps", "crc"):
+            assert source[column] == target[column], (partition, column, run.stdout)
+        assert source["gaps"] > 0, (partition, run.stdout)  # fillers were needed
+    assert "identical: yes (3 of 3 partitions)" in run.stdout
+
+
+def test_demo_refuses_an_unknown_target_mode():
+    run = _run_demo("--records", "5000", "--no-spark", "--target-mode", "stock")
+    assert run.returncode == 2
+    assert "--target-mode" in run.stderr and "native" in run.stderr and "emulated" in run.stderr

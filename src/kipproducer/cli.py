@@ -12,7 +12,8 @@ from . import configs_cli, groups_cli, mirror_cli, security_cli, transactions_cl
 def cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
-    return demo.run(records=args.records, spark=not args.no_spark)
+    return demo.run(records=args.records, spark=not args.no_spark,
+                    target_mode=args.target_mode)
 
 
 def _config_pairs(pairs: list[str]) -> dict[str, str]:
@@ -104,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default 200000; at least 1000)")
     demo.add_argument("--no-spark", action="store_true",
                       help="skip the Spark step (run when pyspark and a Java are installed)")
+    demo.add_argument("--target-mode", choices=["native", "emulated"], default="native",
+                      help="native (default): the target is a kip broker with the KIP-WIRE "
+                           "extension; emulated: the target has it switched off, as a stock "
+                           "Kafka, and the copy keeps the offsets with Kafka's transactions "
+                           "(docs/stock-clusters.md)")
     demo.set_defaults(func=cmd_demo)
 
     broker = sub.add_parser("broker", help="run the reference Kafka broker in the foreground")

@@ -12,7 +12,11 @@
    the source's record batches whole and the engine writes their records to the target
    unchanged (KIP-391), every record at its source offset, with its key, value, headers and
    timestamp; the mirror moves the target's log start to the source's with DeleteRecords. Its
-   progress line runs on stderr meanwhile.
+   progress line runs on stderr meanwhile. With ``--target-mode emulated`` the target has the
+   extension switched off (``kip.extensions.enable=false``, as a stock Kafka), and the same
+   mirror keeps the offsets with Kafka's transactions instead (docs/stock-clusters.md): the
+   source's gaps become aborted fillers and markers, invisible to the read_committed reader of
+   step 5.
 5. A fresh librdkafka consumer reads both topics; a table compares, per partition, the
    watermarks, first and last offset, record count, gaps and a CRC-32C over every record's
    offset, timestamp, key, value and headers.
@@ -343,20 +347,37 @@ def _spark_step(target) -> bool | None:
     return demo_step.run(target.bootstrap_servers, TOPIC)
 
 
-def run(records: int = 200_000, spark: bool = True) -> int:
+TARGET_MODES = {
+    # target broker config, how step 3 writes
+    "native": ({}, "their records written at their offsets (target, KIP-391)"),
+    "emulated": ({"kip.extensions.enable": False},
+                 "their records written at their offsets by Kafka's transactions (target "
+                 "without the KIP-WIRE extension, as a stock Kafka: gaps filled with aborted "
+                 "records and markers)"),
+}
+
+
+def run(records: int = 200_000, spark: bool = True, target_mode: str = "native") -> int:
     from .broker.embedded import EmbeddedBroker
 
     if records < 1000:
         print("kip demo: --records must be at least 1000", file=sys.stderr)
         return 2
+    if target_mode not in TARGET_MODES:
+        print(f"kip demo: --target-mode must be one of {', '.join(TARGET_MODES)}, got "
+              f"{target_mode!r}", file=sys.stderr)
+        return 2
+    target_config, how = TARGET_MODES[target_mode]
     # About 8 segments per partition: the cleaner only compacts closed segments.
     segment_bytes = max(16 * 1024, records * RECORD_BYTES // PARTITIONS // 8)
     print("kip demo: copy a compacted topic to another broker with every offset kept "
           "(KIP-391)\n")
     t_start = time.perf_counter()
-    with EmbeddedBroker() as source, EmbeddedBroker() as target:
+    with EmbeddedBroker() as source, EmbeddedBroker(config=target_config) as target:
         print(f"source broker {source.bootstrap_servers}, target broker "
-              f"{target.bootstrap_servers} (embedded, temporary data dirs)", flush=True)
+              f"{target.bootstrap_servers} (embedded, temporary data dirs"
+              f"{'; the target without the KIP-WIRE extension' if target_config else ''})",
+              flush=True)
 
         filled = _fill_source(source, records, segment_bytes)
         print(f"1. filled  {TOPIC!r} on the source: {records:,} records in {PARTITIONS} "
@@ -368,9 +389,8 @@ def run(records: int = 200_000, spark: bool = True) -> int:
         print(f"2. holes   the broker's log cleaner removed {removed:,} superseded records and "
               f"DeleteRecords moved the log starts to {moved} ({took:.2f} s)", flush=True)
 
-        print("3. copy    kip mirror --mode preserve: record batches fetched whole (source) -> "
-              "their records written at their offsets (target, KIP-391), keys, values, "
-              "headers, timestamps kept", flush=True)
+        print(f"3. copy    kip mirror --mode preserve: record batches fetched whole (source) -> "
+              f"{how}, keys, values, headers, timestamps kept", flush=True)
         copied, elapsed, size = _copy(source, target)
         print(f"   copied {copied:,} records in {elapsed:.2f} s: {copied / elapsed:,.0f} "
               f"records/s, {size / elapsed / 1e6:.1f} MB/s of records (acks=all, "
