@@ -65,17 +65,25 @@ def check_topic(bootstrap, topic, offsets, stamp, start=0):
 def test_plan_of_the_gaps():
     steps = [(a.step, a.start, a.count) for a in plan_runs(0, OFFSETS)]
     assert steps == [
-        (Step.COMMITTED, 0, 4),   # its commit marker takes 4
+        (Step.PLAIN, 0, 4),
+        (Step.MARKER, 4, 0),      # an empty aborted transaction's marker takes 4
         (Step.PLAIN, 5, 2),
         (Step.FILL, 7, 1),        # filler at 7, abort marker at 8
-        (Step.COMMITTED, 9, 2),   # commit marker at 11
+        (Step.PLAIN, 9, 2),
+        (Step.MARKER, 11, 0),
         (Step.PLAIN, 12, 1),
         (Step.FILL, 13, 46),      # fillers 13..58, abort marker at 59
-        (Step.COMMITTED, 60, 3),  # commit marker at 63
+        (Step.PLAIN, 60, 3),
+        (Step.MARKER, 63, 0),
         (Step.PLAIN, 64, 1),
     ]
-    assert plan_runs(5, [6])[0].step == Step.LONE_MARKER
-    assert [a.end for a in plan_runs(0, OFFSETS)] == [5, 7, 9, 12, 13, 60, 64, 65]
+    # a gap of one right at the log end is a marker too (nothing before it is needed)
+    assert [(a.step, a.start) for a in plan_runs(5, [6])] == [(Step.MARKER, 5),
+                                                              (Step.PLAIN, 6)]
+    assert [a.end for a in plan_runs(0, OFFSETS)] == [4, 5, 7, 9, 11, 12, 13, 60, 63, 64, 65]
+    # the plain runs index the input
+    assert [(a.first, a.count) for a in plan_runs(0, OFFSETS) if a.step == Step.PLAIN] == [
+        (0, 4), (4, 2), (6, 2), (8, 1), (9, 3), (12, 1)]
 
 
 @pytest.mark.parametrize("how", ["per_record", "arrays", "batch"])
