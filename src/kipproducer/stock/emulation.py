@@ -169,6 +169,9 @@ class Emulation:
 
     def probe(self) -> None:
         probe_cluster(self._connection, self._probe_topic, min(self._timeout, 30.0))
+        # the log-end readers connect in the background from here: a fresh consumer's first
+        # ListOffsets waits for its connection and metadata (about 0.7 s on the stand-in)
+        self._reader()
 
     def __len__(self) -> int:
         return self._held_count  # (runs in flight are counted by the bulk lane's queue)
