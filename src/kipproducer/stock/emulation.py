@@ -153,6 +153,7 @@ class Emulation:
         # the log end each partition has once what was sent to it is in (markers counted)
         self._ends: dict[tuple[str, int], int] = {}
         self._held: dict[tuple[str, int], list[Rows]] = {}
+        self._held_per_key: dict[tuple[str, int], int] = {}  # records in self._held[key]
         self._held_count = 0
         self._reports: list[tuple[Callable, Any, Any]] = []
         # partitions whose held records have a gap: only those have a run that can go before
@@ -209,7 +210,8 @@ class Emulation:
             self._gapped.add(key)
         held.append(rows)
         self._held_count += len(rows)
-        full = sum(len(r) for r in held) >= HELD_MAX
+        count = self._held_per_key[key] = self._held_per_key.get(key, 0) + len(rows)
+        full = count >= HELD_MAX
         if full or key in self._gapped:
             self._drain(key, final=full)
 
@@ -345,7 +347,7 @@ class Emulation:
         return end
 
     def _count(self, key: tuple[str, int]) -> int:
-        return sum(len(r) for r in self._held.get(key, ()))
+        return self._held_per_key.get(key, 0)
 
     def _held_offsets(self, key: tuple[str, int]) -> np.ndarray:
         held = self._held.get(key) or []
@@ -398,19 +400,20 @@ class Emulation:
         """The first ``count`` held records of the partition (cut where a call's rows
         straddle the count)."""
         held = self._held.get(key) or []
-        taken: list[Rows] = []
-        left = count
-        while held and left > 0:
-            part = held[0]
-            if len(part) <= left:
-                taken.append(held.pop(0))
-                left -= len(part)
-            else:
-                taken.append(part.cut(0, left))
-                held[0] = part.cut(left, len(part))
-                left = 0
+        whole, left = 0, count
+        while whole < len(held) and len(held[whole]) <= left:
+            left -= len(held[whole])
+            whole += 1
+        taken = held[:whole]
+        rest = held[whole:]
+        if left and rest:
+            taken.append(rest[0].cut(0, left))
+            rest[0] = rest[0].cut(left, len(rest[0]))
+            left = 0
+        self._held[key] = rest
         self._gapped.discard(key)  # what is left is one run (or nothing)
         self._held_count -= count - left
+        self._held_per_key[key] = self._held_per_key.get(key, 0) - (count - left)
         return taken
 
     def _act(self, key: tuple[str, int], action: Action, parts: list[Rows]) -> Any:
