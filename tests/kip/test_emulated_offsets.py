@@ -277,3 +277,34 @@ def test_purge_drops_the_held_run(stock):
         assert p.flush(10) == 0
     assert [err.code() for err in reports] == [KafkaError._PURGE_QUEUE] * 3
     assert committed(stock, topic) == []
+
+
+def test_a_plain_writer_in_between_fails_the_streamed_run_by_its_reports(stock):
+    """A run in the bulk lane is checked by the base offsets its delivery reports give (no
+    ListOffsets per run): a foreign record appended where the run was planned makes its
+    report INVALID_PRODUCE_OFFSET (the run is visible after the foreign record, as the docs'
+    limits say), and the next call plans from the true log end again."""
+    from confluent_kafka import Producer as PlainProducer
+
+    topic = new_topic(stock, "em-foreign")
+    with emulated_producer(stock, unique("w")) as p:
+        assert p.append(topic, [b"v0", b"v1", b"v2"], partition=0,
+                        offsets=np.array([0, 1, 2], np.int64)) == 0
+        foreign = PlainProducer({"bootstrap.servers": stock, "enable.idempotence": True})
+        foreign.produce(topic, b"foreign", partition=0)
+        assert foreign.flush(20) == 0
+        reports: list = []
+        p.produce_arrays(topic, [b"v3", b"v4"], partition=0,
+                         offsets=np.array([3, 4], np.int64),
+                         on_delivery=lambda err, report: reports.append((err, report)))
+        assert p.flush(30) == 0
+        assert len(reports) == 1
+        err, report = reports[0]
+        assert err is not None and err.code() == INVALID_PRODUCE_OFFSET, err
+        assert "landed at offset 4, not 3" in err.str()
+        assert report.offset() == -1 and len(report) == 2
+        # the writer carries on from the true log end (6): fillers 6..8, marker 9, record 10
+        assert p.append(topic, [b"v10"], partition=0, offsets=np.array([10], np.int64)) == 10
+    assert [(r.offset, r.value) for r in committed(stock, topic)] == [
+        (0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"foreign"), (4, b"v3"), (5, b"v4"),
+        (10, b"v10")]
