@@ -6,6 +6,7 @@ transactions (docs/stock-clusters.md).
 * :mod:`.probe`: the capability probe: transactions, and aborted records hidden at
   read_committed while another producer's records inside the aborted range are not.
 * :mod:`.log_ends`: a partition's log end and last stable offset, as a reader sees them.
+* :mod:`.rows`: a call's records as columns, and where their reports go.
 * :mod:`.emulation`: the writer the Producer hands emulated calls to.
 """
 
