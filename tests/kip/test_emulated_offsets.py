@@ -8,6 +8,7 @@ before them. Offsets below the log end are refused as in native mode.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -308,3 +309,16 @@ def test_a_plain_writer_in_between_fails_the_streamed_run_by_its_reports(stock):
     assert [(r.offset, r.value) for r in committed(stock, topic)] == [
         (0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"foreign"), (4, b"v3"), (5, b"v4"),
         (10, b"v10")]
+
+
+def test_producer_properties_do_not_reach_the_emulations_readers(stock, caplog):
+    """The emulation's log-end readers are consumers: a Producer config's linger.ms and
+    batching properties are left out of theirs, so librdkafka logs no CONFWARN for them."""
+    topic = new_topic(stock, "em-confwarn")
+    with caplog.at_level(logging.DEBUG):
+        with emulated_producer(stock, unique("w"), **{"linger.ms": 5,
+                                                       "batch.num.messages": 1000}) as p:
+            assert p.append(topic, [b"a"], partition=0,
+                            offsets=np.array([1], np.int64)) == 1
+    warned = [r.getMessage() for r in caplog.records if "producer property" in r.getMessage()]
+    assert warned == []

@@ -26,6 +26,8 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from .log_ends import consumer_config
+
 PROBE_VALUE = b"kip-emulation-probe: aborted"
 INSIDE_VALUE = b"kip-emulation-probe: another producer, inside the aborted range"
 COMMITTED_VALUE = b"kip-emulation-probe: committed"
@@ -131,7 +133,7 @@ def _read_committed(connection: Mapping[str, Any], topic: str, start: int,
                     timeout: float) -> list[tuple[int, bytes]]:
     """(offset, value) of what a read_committed reader gets from ``start`` up to the probe's
     committed record."""
-    consumer = Consumer({**connection, "group.id": f"kip-probe-{uuid.uuid4().hex}",
+    consumer = Consumer({**consumer_config(connection), "group.id": f"kip-probe-{uuid.uuid4().hex}",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     seen: list[tuple[int, bytes]] = []
     try:
