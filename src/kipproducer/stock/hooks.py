@@ -151,9 +151,11 @@ def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, time
     asked = np.asarray(offsets, dtype=np.int64)
     if len(asked) != n:
         raise ValueError("offsets and values must have the same length")
-    if n and int(asked.min()) < 0:
+    if not n:
+        return 0
+    if int(asked.min()) < 0:
         raise ValueError(f"offset must be >= 0, not {int(asked.min())}")
-    if parts is None or not n or bool((parts == parts[0]).all()):
+    if parts is None or bool((parts == parts[0]).all()):
         groups = [(int(partition) if parts is None else int(parts[0]), None)]
     else:
         groups = [(int(p), np.flatnonzero(parts == p)) for p in np.unique(parts)]
