@@ -7,8 +7,8 @@ stand-in and native on a `kip broker` with the extension.
 The records are side_by_side_copy.py's workload (12-byte keys, 100-byte values, offsets with
 random gaps of 1..100 at the given gap rates). One run per contender and rate, each in its own
 process, sequentially, to its own fresh topic; timed from the first call to flush() returning.
-Transactions per second: the transactions the method needed (one per gap of one offset's
-preceding run, one per gap of two or more) divided by the run's time.
+Transactions per second: the transactions the method needed (one per gap: an empty aborted
+one for a gap of one offset, fillers and an abort for a longer one) divided by the run's time.
 
     python bench/side_by_side_stock.py [--records N] [--gap-rate F[,F...]]
         [--conditional-records N] [--no-conditional]
@@ -61,7 +61,7 @@ def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float) -> dict
         producer = Producer({**config, "kip.mode": "emulated",
                              "kip.emulation.transactional.id": f"bench-{topic}"})
         producer.kip_mode(topic)  # the probe, untimed
-        txns = sum(a.step in (Step.FILL, Step.COMMITTED) for a in plan_runs(0, list(offsets)))
+        txns = sum(a.step != Step.PLAIN for a in plan_runs(0, offsets))
     t0 = time.perf_counter()
     if name == "confluent":
         for i in range(n):

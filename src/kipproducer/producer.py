@@ -700,39 +700,33 @@ class Producer(confluent_kafka.Producer):
     def _emulation_or_start(self) -> _stock.Emulation:
         """The stock-cluster emulation (kipproducer.stock), made at its first use."""
         if self._emulation is None:
-            self._emulation = _stock.new_emulation(self._conf, self._emulated_bulk_write)
+            self._emulation = _stock.new_emulation(self._conf, self._emulated_bulk_send,
+                                                   self._emulated_bulk_settle)
         return self._emulation
 
-    def _emulated_bulk_write(self, topic: str, partition: int, recs: list) -> int:
-        """The emulation's plain lane: a run of records at the log end through the engine's
-        bulk lane, waiting for its reports; returns the first offset written (KafkaException
-        on a failure)."""
-        import numpy as np
+    def _emulated_bulk_send(self, topic: str, partition: int, values: list, keys, headers,
+                            timestamps, on_delivery: Callable) -> None:
+        """The emulation's plain lane: a run of records at the log end into the engine's bulk
+        lane, not waited for; ``on_delivery`` gets its BatchDelivery reports."""
+        self.produce_arrays(topic, values, keys=keys, headers=headers, timestamps=timestamps,
+                            partition=partition, per_record=False, on_delivery=on_delivery)
 
-        n = len(recs)
-        keys = [r.key for r in recs]
-        headers = [r.headers for r in recs]
-        stamps = [r.timestamp for r in recs]
-        outcome: list = []
-        self.produce_arrays(
-            topic, [r.value for r in recs],
-            keys=keys if any(k is not None for k in keys) else None,
-            headers=[h if h is None or isinstance(h, (list, dict)) else list(h)
-                     for h in headers] if any(headers) else None,
-            timestamps=np.array([t or 0 for t in stamps], np.int64) if any(stamps) else None,
-            partition=partition, per_record=False,
-            on_delivery=lambda err, report: outcome.append((err, report)))
+    def _emulated_bulk_settle(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Serves the engine's reports (the bulk lane's) until ``done()``; False when it did
+        not hold within ``timeout_s``."""
         engine = self._engine
+        if engine is None:
+            return done()
+        deadline = time.monotonic() + timeout_s
         engine.begin_flush()
         try:
-            while sum(r.count for _, r in outcome) < n:
-                self._serve_engine(0.01)
+            while not done():
+                if time.monotonic() > deadline:
+                    return False
+                self._serve_engine(0.005)
         finally:
             engine.end_flush()
-        for err, _ in outcome:
-            if err is not None:
-                raise KafkaException(err)
-        return min(r.offset() for _, r in outcome)
+        return True
 
     def init_transactions(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """confluent-kafka's init_transactions([timeout]): InitProducerId for

@@ -8,6 +8,7 @@ before them. Offsets below the log end are refused as in native mode.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -65,17 +66,25 @@ def check_topic(bootstrap, topic, offsets, stamp, start=0):
 def test_plan_of_the_gaps():
     steps = [(a.step, a.start, a.count) for a in plan_runs(0, OFFSETS)]
     assert steps == [
-        (Step.COMMITTED, 0, 4),   # its commit marker takes 4
+        (Step.PLAIN, 0, 4),
+        (Step.MARKER, 4, 0),      # an empty aborted transaction's marker takes 4
         (Step.PLAIN, 5, 2),
         (Step.FILL, 7, 1),        # filler at 7, abort marker at 8
-        (Step.COMMITTED, 9, 2),   # commit marker at 11
+        (Step.PLAIN, 9, 2),
+        (Step.MARKER, 11, 0),
         (Step.PLAIN, 12, 1),
         (Step.FILL, 13, 46),      # fillers 13..58, abort marker at 59
-        (Step.COMMITTED, 60, 3),  # commit marker at 63
+        (Step.PLAIN, 60, 3),
+        (Step.MARKER, 63, 0),
         (Step.PLAIN, 64, 1),
     ]
-    assert plan_runs(5, [6])[0].step == Step.LONE_MARKER
-    assert [a.end for a in plan_runs(0, OFFSETS)] == [5, 7, 9, 12, 13, 60, 64, 65]
+    # a gap of one right at the log end is a marker too (nothing before it is needed)
+    assert [(a.step, a.start) for a in plan_runs(5, [6])] == [(Step.MARKER, 5),
+                                                              (Step.PLAIN, 6)]
+    assert [a.end for a in plan_runs(0, OFFSETS)] == [4, 5, 7, 9, 11, 12, 13, 60, 63, 64, 65]
+    # the plain runs index the input
+    assert [(a.first, a.count) for a in plan_runs(0, OFFSETS) if a.step == Step.PLAIN] == [
+        (0, 4), (4, 2), (6, 2), (8, 1), (9, 3), (12, 1)]
 
 
 @pytest.mark.parametrize("how", ["per_record", "arrays", "batch"])
@@ -269,3 +278,47 @@ def test_purge_drops_the_held_run(stock):
         assert p.flush(10) == 0
     assert [err.code() for err in reports] == [KafkaError._PURGE_QUEUE] * 3
     assert committed(stock, topic) == []
+
+
+def test_a_plain_writer_in_between_fails_the_streamed_run_by_its_reports(stock):
+    """A run in the bulk lane is checked by the base offsets its delivery reports give (no
+    ListOffsets per run): a foreign record appended where the run was planned makes its
+    report INVALID_PRODUCE_OFFSET (the run is visible after the foreign record, as the docs'
+    limits say), and the next call plans from the true log end again."""
+    from confluent_kafka import Producer as PlainProducer
+
+    topic = new_topic(stock, "em-foreign")
+    with emulated_producer(stock, unique("w")) as p:
+        assert p.append(topic, [b"v0", b"v1", b"v2"], partition=0,
+                        offsets=np.array([0, 1, 2], np.int64)) == 0
+        foreign = PlainProducer({"bootstrap.servers": stock, "enable.idempotence": True})
+        foreign.produce(topic, b"foreign", partition=0)
+        assert foreign.flush(20) == 0
+        reports: list = []
+        p.produce_arrays(topic, [b"v3", b"v4"], partition=0,
+                         offsets=np.array([3, 4], np.int64),
+                         on_delivery=lambda err, report: reports.append((err, report)))
+        assert p.flush(30) == 0
+        assert len(reports) == 1
+        err, report = reports[0]
+        assert err is not None and err.code() == INVALID_PRODUCE_OFFSET, err
+        assert "landed at offset 4, not 3" in err.str()
+        assert report.offset() == -1 and len(report) == 2
+        # the writer carries on from the true log end (6): fillers 6..8, marker 9, record 10
+        assert p.append(topic, [b"v10"], partition=0, offsets=np.array([10], np.int64)) == 10
+    assert [(r.offset, r.value) for r in committed(stock, topic)] == [
+        (0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"foreign"), (4, b"v3"), (5, b"v4"),
+        (10, b"v10")]
+
+
+def test_producer_properties_do_not_reach_the_emulations_readers(stock, caplog):
+    """The emulation's log-end readers are consumers: a Producer config's linger.ms and
+    batching properties are left out of theirs, so librdkafka logs no CONFWARN for them."""
+    topic = new_topic(stock, "em-confwarn")
+    with caplog.at_level(logging.DEBUG):
+        with emulated_producer(stock, unique("w"), **{"linger.ms": 5,
+                                                       "batch.num.messages": 1000}) as p:
+            assert p.append(topic, [b"a"], partition=0,
+                            offsets=np.array([1], np.int64)) == 1
+    warned = [r.getMessage() for r in caplog.records if "producer property" in r.getMessage()]
+    assert warned == []

@@ -1,7 +1,8 @@
 """The emulation's capability probe: a cluster that shows aborted records to read_committed
 readers (Tansu) is refused with one clear error before anything is written to the target; a
-cluster that honours transactions (the stand-in) passes, and the probe's record goes to the
-probe topic only."""
+cluster that honours transactions (the stand-in: aborted records hidden, another producer's
+record inside the aborted range shown) passes, and the probe's records go to the probe topic
+only."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from kip_support import (
 )
 
 from kipproducer.broker.embedded import EmbeddedBroker
-from kipproducer.stock.probe import COMMITTED_VALUE, PROBE_VALUE
+from kipproducer.stock.probe import COMMITTED_VALUE, INSIDE_VALUE, PROBE_VALUE
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +61,10 @@ def test_tansu_refused_once_with_the_probes_message(tansu, mode):
             if mode == "auto":
                 assert "do not announce 'kip.produce.offsets'" in err.str()
     assert read_confluent(tansu, topic, 1) == []  # nothing reached the target
-    # the probe wrote exactly once: one aborted and one committed record
+    # the probe wrote exactly once: an aborted record, another producer's inside its range,
+    # a committed record
     values = [r.value for r in read_confluent(tansu, probe_topic, 1)]
-    assert values == [PROBE_VALUE, COMMITTED_VALUE]
+    assert values == [PROBE_VALUE, INSIDE_VALUE, COMMITTED_VALUE]
 
 
 def test_probe_passes_on_the_standin_and_writes_only_its_topic():
@@ -74,6 +76,9 @@ def test_probe_passes_on_the_standin_and_writes_only_its_topic():
             assert p.kip_mode(topic) == "emulated"
             assert p.append(topic, [b"a"], partition=0, expected_offset=0) == 0
         assert [(r.offset, r.value) for r in committed(bootstrap, topic)] == [(0, b"a")]
-        assert [r.value for r in committed(bootstrap, probe_topic)] == [COMMITTED_VALUE]
-        assert [r.value for r in uncommitted(bootstrap, probe_topic)] == [PROBE_VALUE,
-                                                                          COMMITTED_VALUE]
+        # the other producer's record inside the aborted range stays visible (the probe
+        # checks it); the aborted one does not
+        assert [r.value for r in committed(bootstrap, probe_topic)] == [INSIDE_VALUE,
+                                                                        COMMITTED_VALUE]
+        assert [r.value for r in uncommitted(bootstrap, probe_topic)] == [
+            PROBE_VALUE, INSIDE_VALUE, COMMITTED_VALUE]

@@ -88,3 +88,67 @@ def test_native_kip_calls_fail_loud_and_stock_clients_work(stock):
         assert "unsupported by broker" in err.str(), err
     got = [(r.offset, r.value) for r in read_confluent(bootstrap, topic, 1)]
     assert got == [(0, b"p0"), (1, b"p1"), (2, b"p2"), (3, b"t")]  # commit marker at 4
+
+
+def _acked(producer: Producer, topic: str, value, key: bytes = b"", headers=None) -> int:
+    """Produce one record to partition 0 and wait for it: its offset."""
+    landed: list = []
+    producer.produce(topic, value, key, partition=0, headers=headers,
+                     on_delivery=lambda err, msg: landed.append((err, msg)))
+    assert producer.flush(20) == 0
+    assert landed[0][0] is None, landed[0][0]
+    return landed[0][1].offset()
+
+
+def _kafka_python_read(bootstrap: str, topic: str, isolation: str, count: int) -> list:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation,
+                             enable_auto_commit=False, group_id=None)
+    try:
+        consumer.assign([KTP(topic, 0)])
+        consumer.seek_to_beginning()
+        got: list = []
+        for _ in range(100):
+            for records in consumer.poll(timeout_ms=100).values():
+                got += [(r.offset, r.value) for r in records]
+            if len(got) >= count:
+                break
+        return got
+    finally:
+        consumer.close()
+
+
+def test_records_of_other_producers_inside_an_aborted_range_stay_visible(stock):
+    """Kafka's read_committed rule (the aborted-transaction index: a Fetch answer lists each
+    aborted transaction's producer id and first offset; the reader drops that producer's
+    transactional batches from there to its abort marker): records of another producer id
+    interleaved with an open transaction's records stay visible once it aborts, the aborted
+    ones never are. What a filler transaction left open while a plain writer appends relies
+    on; librdkafka and kafka-python read it back, every kept record at its offset."""
+    bootstrap = stock.bootstrap_servers
+    topic = unique("standin-interleaved")
+    Producer({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)  # auto-create
+    txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("fill"),
+                    "linger.ms": 0})
+    txn.init_transactions(20)
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                      "linger.ms": 0})
+    filler = [("kip.filler", b"")]
+    txn.begin_transaction()
+    placed = [_acked(txn, topic, None, headers=filler), _acked(plain, topic, b"k1"),
+              _acked(txn, topic, None, headers=filler), _acked(plain, topic, b"k3"),
+              _acked(txn, topic, None, headers=filler), _acked(plain, topic, b"k5")]
+    assert placed == [0, 1, 2, 3, 4, 5]
+    txn.abort_transaction(20)  # its marker takes 6
+    assert _acked(plain, topic, b"k7") == 7
+    del txn, plain  # (their connections close before the module's broker stops)
+    kept = [(1, b"k1"), (3, b"k3"), (5, b"k5"), (7, b"k7")]
+    assert [(r.offset, r.value) for r in read_confluent(
+        bootstrap, topic, 1, config={"isolation.level": "read_committed"})] == kept
+    assert _kafka_python_read(bootstrap, topic, "read_committed", 4) == kept
+    everything = [(r.offset, r.value) for r in read_confluent(
+        bootstrap, topic, 1, config={"isolation.level": "read_uncommitted"})]
+    assert everything == [(0, None), (1, b"k1"), (2, None), (3, b"k3"), (4, None),
+                          (5, b"k5"), (7, b"k7")]

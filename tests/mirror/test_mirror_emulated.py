@@ -21,7 +21,7 @@ from test_mirror_kill import Feeder, child_env, kill_repeatedly, mirror_command
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.mirror import Mirror, MirrorError
-from kipproducer.stock.plan import FILLER_HEADER, Action, Step, plan_runs, with_empty_markers
+from kipproducer.stock.plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 
 PARTITIONS = 3
 
@@ -35,13 +35,17 @@ def stock() -> Iterator[EmbeddedBroker]:
         yield broker
 
 
-def test_plan_with_empty_markers_puts_no_record_in_a_transaction():
+def test_plan_puts_no_record_in_a_transaction():
     # log end 2; records at 3 (gap of 1 at the log end), 4, 6 (gap of 1), 10 (gap of 3)
-    plan = with_empty_markers(plan_runs(2, [3, 4, 6, 10]))
+    plan = plan_runs(2, [3, 4, 6, 10])
     assert plan == [Action(Step.MARKER, 2, 0), Action(Step.PLAIN, 3, 2, 0),
                     Action(Step.MARKER, 5, 0), Action(Step.PLAIN, 6, 1, 2),
                     Action(Step.FILL, 7, 2), Action(Step.PLAIN, 10, 1, 3)]
     assert [a.end for a in plan] == [3, 5, 6, 7, 10, 11]
+    # padding to a source position: a gap of one is a marker, a longer one fillers too
+    assert gap_steps(11, 11) == []
+    assert gap_steps(11, 12) == [Action(Step.MARKER, 11, 0)]
+    assert gap_steps(11, 15) == [Action(Step.FILL, 11, 3)]
 
 
 def same_copy(source: EmbeddedBroker, target: EmbeddedBroker, topic: str, copy: str) -> None:

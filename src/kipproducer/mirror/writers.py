@@ -206,10 +206,6 @@ class PreserveWriter(Writer):
                                   **mirror.target_config,
                                   EMULATION_ID: emulation_id(mirror)})
         self._engine_ready()
-        # On a stock target no source record ever rides in a transaction (gaps of one are
-        # empty aborted transactions): a mirror killed at any point leaves nothing its
-        # successor cannot write (docs/mirror.md).
-        emulation_of(self.producer).empty_markers = True
         # target topics whose offsets go through the stock-cluster emulation (kip.mode of
         # the target config resolved per topic: docs/stock-clusters.md)
         self.emulated: set[str] = set()

@@ -2,16 +2,17 @@
 topic whose brokers lack the KIP-WIRE extension (docs/stock-clusters.md).
 
 Runs that start at the log end go through a plain lane: the Producer's own bulk lane when
-their reports are per batch (``bulk``, checked by first offset and log end), else an
-idempotent librdkafka producer. A transactional librdkafka producer
-(``kip.emulation.transactional.id``) writes committed runs, aborted fillers and conditional
-batches. The lanes take turns on a partition, each waiting for the other's acknowledgement,
-and after every transaction the writer waits until its marker is in the log (Kafka writes
-markers after EndTxn is answered) before the next record goes.
+their reports are per batch (``bulk``: sent without waiting, each run checked by the base
+offsets its delivery reports give), else an idempotent librdkafka producer (checked record by
+record). A transactional producer (``kip.emulation.transactional.id``, the engine's
+transactions, which can add a partition without a record) writes the gaps as aborted
+transactions, and conditional batches. Before a transaction touches a partition every plain
+run sent to it is acknowledged and checked, and after the transaction the writer waits until
+its marker is in the log (Kafka writes markers after EndTxn is answered): the lanes never
+overlap on a partition, so every position is exact.
 
-Records with offsets are held per partition until the next gap is known (a run followed by a
-gap of one offset must be written in a transaction whose commit marker fills that gap); the
-last run goes at flush(), at append(), or when the held records grow past a bound. Delivery
+Records are held per partition as columns (:class:`Rows`, no object per record) until the
+next gap is known, the held records grow past a bound, or flush() / append(). Delivery
 reports are queued and handed to the callbacks from poll() / flush(), as librdkafka does.
 """
 
@@ -20,17 +21,19 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
 from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
 from .log_ends import LogEnds
-from .plan import FILLER_HEADER, Action, Step, plan_runs, with_empty_markers
+from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
+from .rows import FailedRecord, Rows, Sink, bulk_columns, slice_parts
 
 log = logging.getLogger("kipproducer.stock")
 
@@ -46,25 +49,24 @@ HELD_MAX = 100_000
 OFFSETS_CALL = "offset="
 CONDITIONAL_CALL = "expected_offset="
 
-
-@dataclass(slots=True)
-class Sink:
-    """Where one call's reports go: per record (a Message each) or per written run."""
-
-    callback: Callable | None
-    per_record: bool
-    topic: str
-    partition: int
+#: bulk_send(topic, partition, values, keys, headers, timestamps, on_delivery): a run at the
+#: log end into the Producer's bulk lane, not waiting; on_delivery gets BatchDelivery reports.
+BulkSend = Callable[[str, int, list, Any, Any, Any, Callable], None]
+#: bulk_settle(done, timeout_s): serve the bulk lane's reports until done() (False: timed out).
+BulkSettle = Callable[[Callable[[], bool], float], bool]
 
 
 @dataclass(slots=True)
-class Rec:
-    offset: int            # asked offset (-1: conditional or plain)
-    key: Any
-    value: Any
-    headers: Any
-    timestamp: int | None
-    sink: Sink
+class _Sent:
+    """A run sent through the bulk lane and not yet checked."""
+
+    start: int
+    count: int
+    parts: list[Rows]
+    outcome: list = field(default_factory=list)  # (err, BatchDelivery) as they come
+
+    def reported(self) -> int:
+        return sum(len(report) for _, report in self.outcome)
 
 
 def connection_of(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,8 +78,8 @@ def connection_of(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 class Emulation:
     def __init__(self, conf: Mapping[str, Any], *, transactional_id: str, probe_topic: str,
-                 timeout_s: float = 60.0,
-                 bulk: Callable[[str, int, list[Rec]], int] | None = None) -> None:
+                 timeout_s: float = 60.0, bulk_send: BulkSend | None = None,
+                 bulk_settle: BulkSettle | None = None) -> None:
         self._connection = with_logger(connection_of(conf))
         self._probe_topic = probe_topic
         self._timeout = timeout_s
@@ -85,33 +87,34 @@ class Emulation:
         self._txn: Producer | None = None
         self._plain: Producer | None = None
         self._ends_reader: LogEnds | None = None
+        # the log end each partition has once what was sent to it is in (markers counted)
         self._ends: dict[tuple[str, int], int] = {}
-        self._held: dict[tuple[str, int], list[Rec]] = {}
-        self._reports: list[tuple[Callable, Any, Any]] = []
+        self._held: dict[tuple[str, int], list[Rows]] = {}
+        self._held_per_key: dict[tuple[str, int], int] = {}  # records in self._held[key]
         self._held_count = 0
+        self._reports: list[tuple[Callable, Any, Any]] = []
         # partitions whose held records have a gap: only those have a run that can go before
         # flush() (re-planning a dense run at every call would cost O(n) per record)
         self._gapped: set[tuple[str, int]] = set()
         # Runs whose reports are per batch go through the Producer's own bulk lane (the
-        # engine's produce_arrays, columns in C); returns the first offset written.
-        self._bulk = bulk
-        #: Gaps of one offset as empty aborted transactions (the engine's transactional
-        #: producer adds the partition without a record) rather than the commit marker of a
-        #: transaction carrying the run before the gap: no caller record ever rides in a
-        #: transaction, so a writer killed at any point loses nothing its successor cannot
-        #: write (docs/stock-clusters.md). False (set before the first write) keeps the
-        #: commit-marker plan, which works with librdkafka's transactions.
-        self.empty_markers = True
+        # engine's produce_arrays, columns in C), sent without waiting; runs in flight per
+        # partition, checked before anything else touches the partition.
+        self._bulk_send = bulk_send
+        self._bulk_settle = bulk_settle
+        self._sent: dict[tuple[str, int], list[_Sent]] = {}
 
     # ---- what the Producer calls ----------------------------------------------------------
 
     def probe(self) -> None:
         probe_cluster(self._connection, self._probe_topic, min(self._timeout, 30.0))
+        # the log-end readers connect in the background from here: a fresh consumer's first
+        # ListOffsets waits for its connection and metadata (about 0.7 s on the stand-in)
+        self._reader()
 
     def __len__(self) -> int:
-        return self._held_count
+        return self._held_count  # (runs in flight are counted by the bulk lane's queue)
 
-    def offsets(self, topic: str, partition: int, recs: list[Rec]) -> None:
+    def offsets(self, topic: str, partition: int, rows: Rows) -> None:
         """Records with asked offsets (strictly increasing within the call)."""
         self.probe()
         if self._configured_id is None:
@@ -122,45 +125,47 @@ class Emulation:
                 "writer across restarts, so a restarted writer fences its predecessor and "
                 "aborts its open transaction before reading the log end "
                 "(docs/stock-clusters.md)")
-            self._fail(recs, error)
+            self._fail([rows], error)
             return
         key = (topic, partition)
         held = self._held.setdefault(key, [])
-        if not recs:
+        if not len(rows):
             return
-        last = held[-1].offset if held else -1
-        if recs[0].offset <= last:
+        asked = rows.offsets
+        assert asked is not None
+        first, final = int(asked[0]), int(asked[-1])
+        last = int(held[-1].offsets[-1]) if held else -1  # type: ignore[index]
+        if first <= last:
             # (the callers pass strictly increasing offsets: only the first can be too low)
-            self._fail(recs, ProduceOffsetKafkaError(
+            self._fail([rows], ProduceOffsetKafkaError(
                 INVALID_PRODUCE_OFFSET,
-                f"{OFFSETS_CALL}: offset {recs[0].offset} of {topic}[{partition}] is below the "
+                f"{OFFSETS_CALL}: offset {first} of {topic}[{partition}] is below the "
                 f"log end {last + 1} (explicit offsets must strictly increase)",
                 log_end_offset=last + 1))
             return
-        if (held and recs[0].offset != last + 1) or (
-                recs[-1].offset - recs[0].offset != len(recs) - 1):
+        if (held and first != last + 1) or final - first != len(rows) - 1:
             self._gapped.add(key)
-        held.extend(recs)
-        self._held_count += len(recs)
-        if len(held) >= HELD_MAX or key in self._gapped:
-            self._drain(key, final=len(held) >= HELD_MAX, keep_last=True)
+        held.append(rows)
+        self._held_count += len(rows)
+        count = self._held_per_key[key] = self._held_per_key.get(key, 0) + len(rows)
+        full = count >= HELD_MAX
+        if full or key in self._gapped:
+            self._drain(key, final=full)
 
     def log_end(self, topic: str, partition: int) -> int:
         """The partition's log end once this writer holds its transactional id: a predecessor
         with the same id is fenced first (its open transaction aborted, its marker in) and
         every transaction of the partition is decided. What a resuming copy starts from."""
         self.probe()
-        self._ends.pop((topic, partition), None)
-        return self._log_end((topic, partition))
+        key = (topic, partition)
+        self._settle(key)
+        self._ends.pop(key, None)
+        return self._log_end(key)
 
     def pad_to(self, topic: str, partition: int, next_offset: int) -> None:
         """Nothing of the partition lies between its held records (or its log end) and
         ``next_offset``: write the held records now and fill the log up to ``next_offset``
-        (a copy that has read its source to a position past markers or aborted records).
-        The next records of the partition then start at the log end, so a gap of exactly
-        one offset left by the source (a commit marker) is carried by the held run's own
-        transaction instead of being refused later at the log end. Without anything held
-        a gap of exactly one cannot be padded and is left (the next call reports it)."""
+        (a copy that has read its source to a position past markers or aborted records)."""
         key = (topic, partition)
         held = self._held.setdefault(key, [])
         if held and self._configured_id is None:
@@ -169,36 +174,47 @@ class Emulation:
         try:
             end = self._log_end(key)
         except KafkaException as exc:
-            self._fail(self._take(key, len(held)), exc.args[0])
+            self._fail(self._take(key, self._count(key)), exc.args[0])
             return
-        last_end = held[-1].offset + 1 if held else end
-        if (held and held[0].offset < end) or next_offset <= last_end:
+        offsets = self._held_offsets(key)
+        last_end = int(offsets[-1]) + 1 if len(offsets) else end
+        if (len(offsets) and offsets[0] < end) or next_offset <= last_end:
             self._drain(key, final=True)
             return
-        actions = self._plan(end, [r.offset for r in held] + [next_offset])
-        actions.pop()  # the run at next_offset: not ours to write
-        if actions and actions[-1].step == Step.LONE_MARKER:
-            return
-        self._run_actions(key, actions, self._take(key, len(held)))
+        actions = plan_runs(end, offsets) + gap_steps(last_end, next_offset)
+        self._run_actions(key, actions, self._take(key, len(offsets)))
 
-    def conditional(self, topic: str, partition: int, recs: list[Rec], expected: int) -> None:
+    def conditional(self, topic: str, partition: int, parts: list[Rows],
+                    expected: int) -> None:
         """One conditional batch: its records land at ``expected``.. or none is visible."""
         self.probe()
-        self._drain((topic, partition), final=True)
-        self._conditional(topic, partition, recs, expected)
+        key = (topic, partition)
+        self._drain(key, final=True)
+        error = self._settle(key)
+        if error is not None:
+            self._fail(parts, error)
+            return
+        self._conditional(topic, partition, parts, expected)
 
-    def plain(self, topic: str, partition: int, recs: list[Rec]) -> None:
+    def plain(self, topic: str, partition: int, rows: Rows) -> None:
         """Records without offsets, in the order of an emulated call."""
         key = (topic, partition)
         self._drain(key, final=True)
-        results = self._write(self._plain_producer(), topic, partition, recs)
+        self._settle(key)
+        results = self._write(self._plain_producer(), topic, partition, [rows])
         self._ends.pop(key, None)  # the log end moved by however many landed
-        self._deliver(recs, results)
+        self._report([rows], results)
 
     def serve(self, *, final: bool = False) -> int:
-        """Write what is due (everything with ``final``) and call the queued callbacks."""
+        """Write what is due (everything with ``final``, and wait for it) and call the queued
+        callbacks."""
         for key in list(self._held if final else self._gapped):
             self._drain(key, final=final)
+        for key in list(self._sent):
+            if final:
+                self._settle(key)
+            else:
+                self._check_sent(key)
         reports, self._reports = self._reports, []
         for callback, err, report in reports:
             callback(err, report)
@@ -208,8 +224,8 @@ class Emulation:
         """Drop the held records (none of them was sent), reported with _PURGE_QUEUE as
         librdkafka reports its queued ones."""
         for key in list(self._held):
-            recs = self._take(key, len(self._held[key]))
-            self._fail(recs, ProduceOffsetKafkaError(
+            parts = self._take(key, self._count(key))
+            self._fail(parts, ProduceOffsetKafkaError(
                 KafkaError._PURGE_QUEUE, f"{OFFSETS_CALL}: purged before it was written"))
 
     def close(self) -> None:
@@ -236,22 +252,18 @@ class Emulation:
         return self._plain
 
     def _txn_producer(self) -> Producer:
-        """The transactional producer; starting it fences a predecessor with the same id and
-        aborts that one's open transaction (before any log end is read)."""
+        """The transactional producer (the engine's transactions: they can add a partition
+        without a record); starting it fences a predecessor with the same id and aborts that
+        one's open transaction (before any log end is read)."""
         if self._txn is None:
+            from ..producer import Producer as EngineProducer
+
             txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
             # linger.ms=0: every write is flushed at once anyway, and a linger shows in
-            # each transaction's begin-to-EndTxn time (about 23 ms -> 14 ms per transaction
-            # on the stand-in)
-            conf = {**self._connection, "transactional.id": txn_id, "linger.ms": 0,
-                    "transaction.timeout.ms": int(self._timeout * 1000)}
-            if self.empty_markers:
-                # The engine's transactions: they can add a partition without a record.
-                from ..producer import Producer as EngineProducer
-
-                producer = EngineProducer(conf)
-            else:
-                producer = Producer(conf)
+            # each transaction's begin-to-EndTxn time
+            producer = EngineProducer({**self._connection, "transactional.id": txn_id,
+                                       "linger.ms": 0,
+                                       "transaction.timeout.ms": int(self._timeout * 1000)})
             producer.init_transactions(self._timeout)
             self._txn = producer
         return self._txn
@@ -263,7 +275,6 @@ class Emulation:
         if end is None:
             self._txn_producer()  # fence first: a dead predecessor's marker lands now
             reader = self._reader()
-            end = reader.log_end(*key)
             # A transaction still open here (another writer's) would put its marker in the
             # middle of ours later: wait until it is decided.
             reader.wait(f"every transaction of {key[0]}[{key[1]}] decided",
@@ -272,87 +283,96 @@ class Emulation:
             self._ends[key] = end
         return end
 
-    def _drain(self, key: tuple[str, int], *, final: bool, keep_last: bool = False) -> None:
-        """Write what the held records' gaps decide (everything with ``final``). With
-        ``keep_last`` (the held records grew past HELD_MAX) the last record stays held: a gap
-        of exactly one after it needs it in the transaction whose commit marker fills it."""
+    def _count(self, key: tuple[str, int]) -> int:
+        return self._held_per_key.get(key, 0)
+
+    def _held_offsets(self, key: tuple[str, int]) -> np.ndarray:
+        held = self._held.get(key) or []
+        if len(held) == 1:
+            return held[0].offsets  # type: ignore[return-value]
+        return (np.concatenate([r.offsets for r in held]) if held  # type: ignore[misc]
+                else np.empty(0, np.int64))
+
+    def _drain(self, key: tuple[str, int], *, final: bool) -> None:
+        """Write what the held records' gaps decide (everything with ``final``): all but the
+        last run, which waits for the next gap, the bound, or flush()."""
         held = self._held.get(key)
         if not held:
             return
         try:
             end = self._log_end(key)
         except KafkaException as exc:
-            self._take(key, len(held))
-            self._fail(held, exc.args[0])
+            self._fail(self._take(key, self._count(key)), exc.args[0])
             return
-        if held[0].offset < end:
-            recs = self._take(key, len(held))
-            self._fail(recs, ProduceOffsetKafkaError(
+        offsets = self._held_offsets(key)
+        if offsets[0] < end:
+            parts = self._take(key, len(offsets))
+            self._fail(parts, ProduceOffsetKafkaError(
                 INVALID_PRODUCE_OFFSET,
-                f"{OFFSETS_CALL}: offset {recs[0].offset} of {key[0]}[{key[1]}] is below the "
-                f"log end {end}; nothing of the run was written", log_end_offset=end))
+                f"{OFFSETS_CALL}: offset {int(offsets[0])} of {key[0]}[{key[1]}] is below "
+                f"the log end {end}; nothing of the run was written", log_end_offset=end))
             return
-        actions = self._plan(end, [r.offset for r in held])
+        actions = plan_runs(end, offsets)
         if not final and actions and actions[-1].step == Step.PLAIN:
-            actions.pop()  # its successor's gap decides how it is written: wait for it
-        elif keep_last and actions and actions[-1].step == Step.PLAIN:
-            tail = actions.pop()
-            if tail.count > 1:
-                actions.append(Action(Step.PLAIN, tail.start, tail.count - 1, tail.first))
+            actions.pop()  # held until the next gap, the bound or flush()
         if not actions:
             self._gapped.discard(key)  # one run at the log end: it waits for flush()
             return
-        recs = self._take(key, max((a.first + a.count for a in actions if a.first >= 0),
-                                   default=0))
-        self._run_actions(key, actions, recs)
+        taken = max((a.first + a.count for a in actions if a.step == Step.PLAIN), default=0)
+        self._run_actions(key, actions, self._take(key, taken))
 
     def _run_actions(self, key: tuple[str, int], actions: list[Action],
-                     recs: list[Rec]) -> None:
+                     parts: list[Rows]) -> None:
         for i, action in enumerate(actions):
-            error = self._act(key, action, recs)
+            error = self._act(key, action, parts)
             if error is not None:
                 # what comes after a failed step would land elsewhere: none of it is written
-                rest = [r for later in actions[i + 1:] if later.first >= 0
-                        for r in recs[later.first:later.first + later.count]]
-                self._fail(rest, error)
+                for later in actions[i + 1:]:
+                    if later.step == Step.PLAIN:
+                        self._fail(slice_parts(parts, later.first, later.first + later.count),
+                                   error)
                 return
 
-    def _plan(self, end: int, offsets: list[int]) -> list[Action]:
-        actions = plan_runs(end, offsets)
-        return with_empty_markers(actions) if self.empty_markers else actions
-
-    def _take(self, key: tuple[str, int], count: int) -> list[Rec]:
-        held = self._held[key]
-        taken, self._held[key] = held[:count], held[count:]
+    def _take(self, key: tuple[str, int], count: int) -> list[Rows]:
+        """The first ``count`` held records of the partition (cut where a call's rows
+        straddle the count)."""
+        held = self._held.get(key) or []
+        whole, left = 0, count
+        while whole < len(held) and len(held[whole]) <= left:
+            left -= len(held[whole])
+            whole += 1
+        taken = held[:whole]
+        rest = held[whole:]
+        if left and rest:
+            taken.append(rest[0].cut(0, left))
+            rest[0] = rest[0].cut(left, len(rest[0]))
+            left = 0
+        self._held[key] = rest
         self._gapped.discard(key)  # what is left is one run (or nothing)
-        self._held_count -= len(taken)
+        self._held_count -= count - left
+        self._held_per_key[key] = self._held_per_key.get(key, 0) - (count - left)
         return taken
 
-    def _act(self, key: tuple[str, int], action: Action, recs: list[Rec]) -> Any:
+    def _act(self, key: tuple[str, int], action: Action, parts: list[Rows]) -> Any:
         """One planned step. None when done; else the error for the records after it (the
         step's own records are reported either way)."""
+        if action.step != Step.PLAIN:
+            # a transaction goes only after every plain run of the partition is in and
+            # checked: its fillers and marker must land where the plan says
+            error = self._settle(key)
+            if error is not None:
+                return error
+            if action.step == Step.MARKER:
+                return self._empty_abort(key, action)
+            return self._fillers(key, action)
+        run = slice_parts(parts, action.first, action.first + action.count)
+        if self._bulk_send is not None and not any(r.sink.per_record for r in run):
+            return self._send_bulk(key, action, run)
+        error = self._settle(key)
+        if error is not None:
+            self._fail(run, error)
+            return error
         topic, partition = key
-        if action.step == Step.LONE_MARKER:
-            return ProduceOffsetKafkaError(
-                KafkaError._INVALID_ARG,
-                f"{OFFSETS_CALL}: offset {action.start + 1} of {topic}[{partition}] is one past "
-                f"the log end {action.start}: a gap of exactly one offset right at the log end "
-                "cannot be emulated (its marker needs a transaction holding the records just "
-                "before it: give those in the same call, before a flush)",
-                log_end_offset=action.start)
-        if action.step == Step.MARKER:
-            return self._empty_abort(key, action)
-        if action.step == Step.FILL:
-            sink = Sink(None, False, topic, partition)
-            # an empty key, not none: a compacted topic takes no record without a key
-            fillers = [Rec(-1, b"", None, [(FILLER_HEADER, b"")], None, sink)
-                       for _ in range(action.count)]
-            return self._transaction(key, action, fillers, commit=False)
-        run = recs[action.first:action.first + action.count]
-        if action.step == Step.COMMITTED:
-            return self._transaction(key, action, run, commit=True)
-        if self._bulk is not None and not any(r.sink.per_record for r in run):
-            return self._bulk_run(key, action, run)
         try:
             results = self._write(self._plain_producer(), topic, partition, run)
         except KafkaException as exc:
@@ -365,80 +385,99 @@ class Emulation:
             self._fail(run, error)
             return error
         self._ends[key] = action.end
-        self._deliver(run, results)
+        self._report(run, results)
         return None
 
-    def _bulk_run(self, key: tuple[str, int], action: Action, run: list[Rec]) -> Any:
-        """A plain run through the bulk lane, checked by its first offset and the log end."""
+    def _send_bulk(self, key: tuple[str, int], action: Action, run: list[Rows]) -> Any:
+        """A plain run into the bulk lane, not waited for: its delivery reports are checked
+        (first offset, no hole between its batches) before anything else touches the
+        partition, or when poll() / flush() serve them."""
         topic, partition = key
+        sent = _Sent(action.start, action.count, run)
+        values, keys, headers, stamps = bulk_columns(run)
         try:
-            first = self._bulk(topic, partition, run)
-            end = self._reader().log_end(topic, partition)
+            assert self._bulk_send is not None
+            self._bulk_send(topic, partition, values, keys, headers, stamps,
+                            lambda err, report: sent.outcome.append((err, report)))
         except KafkaException as exc:
-            wrong: Any = exc.args[0]
-        else:
-            wrong = None if (first, end) == (action.start, action.end) else (
-                f"the run landed at {first}..{end - 1}, not {action.start}..{action.end - 1}: "
-                "another writer appended")
+            self._ends.pop(key, None)
+            error = _offsets_error(exc.args[0], -1)
+            self._fail(run, error)
+            return error
+        self._sent.setdefault(key, []).append(sent)
+        self._ends[key] = action.end
+        return None
+
+    def _check_sent(self, key: tuple[str, int], *, wait: bool = False) -> Any:
+        """Check (and report) the runs in flight to the partition whose reports are all in;
+        with ``wait`` all of them, waiting for their reports. None, or the first error."""
+        sent = self._sent.get(key)
+        if not sent:
+            return None
+        if wait and self._bulk_settle is not None:
+            done = self._bulk_settle(lambda: all(s.reported() >= s.count for s in sent),
+                                     self._timeout)
+            if not done:
+                error = _offsets_error(KafkaError(
+                    KafkaError._TIMED_OUT, "a plain run was not acknowledged in time"), -1)
+                self._ends.pop(key, None)
+                return error
+        first_error = None
+        while sent and sent[0].reported() >= sent[0].count:
+            error = self._check_run(key, sent.pop(0))
+            first_error = first_error or error
+        if not sent:
+            del self._sent[key]
+        return first_error
+
+    def _settle(self, key: tuple[str, int]) -> Any:
+        """Wait for every run in flight to the partition and check it."""
+        return self._check_sent(key, wait=True)
+
+    def _check_run(self, key: tuple[str, int], sent: _Sent) -> Any:
+        pieces = sorted(((report.offset(), len(report), err) for err, report in sent.outcome),
+                        key=lambda piece: piece[0])
+        wrong: Any = next((err for _, _, err in pieces if err is not None), None)
+        if wrong is None:
+            expected = sent.start
+            for offset, count, _ in pieces:
+                if offset != expected:
+                    wrong = (f"records {expected - sent.start}.. of the run landed at offset "
+                             f"{offset}, not {expected}: another writer appended")
+                    break
+                expected += count
         if wrong is not None:
             self._ends.pop(key, None)
             error = _offsets_error(wrong, -1)
-            self._fail(run, error)
+            self._fail(sent.parts, error)
             return error
-        self._ends[key] = action.end
-        groups: dict[int, list] = {}
-        for i, rec in enumerate(run):
-            entry = groups.get(id(rec.sink))
-            if entry is None:
-                groups[id(rec.sink)] = [rec.sink, i, 1]
-            else:
-                entry[2] += 1
-        for sink, index, count in groups.values():
-            if sink.callback is not None:
-                self._reports.append((sink.callback, None, BatchDelivery(
-                    topic, partition, first + index, count, None)))
+        index = sent.start
+        for part in sent.parts:
+            if part.sink.callback is not None:
+                self._reports.append((part.sink.callback, None, BatchDelivery(
+                    key[0], key[1], index, len(part), None)))
+            index += len(part)
         return None
 
-    def _transaction(self, key: tuple[str, int], action: Action, recs: list[Rec], *,
-                     commit: bool) -> Any:
-        """Write ``recs`` at ``action.start`` in a transaction; commit (or abort, for fillers)
-        when they landed there, then wait for the marker. None when done, else the error
-        (the records of a committed run are reported either way)."""
+    def _fillers(self, key: tuple[str, int], action: Action) -> Any:
+        """A gap of g >= 2: g - 1 fillers in a transaction that is aborted; its marker takes
+        the last offset. None when done, else the error."""
         topic, partition = key
+        n = action.count
+        # an empty key, not none: a compacted topic takes no record without a key
+        fillers = Rows(None, [b""] * n, [None] * n, [[(FILLER_HEADER, b"")]] * n, None,
+                       Sink(None, False, topic, partition))
         end = -1
         try:
             producer = self._txn_producer()
             producer.begin_transaction()
-            results = self._write(producer, topic, partition, recs)
+            results = self._write(producer, topic, partition, [fillers])
             wrong = _misplaced(results, action.start)
-            if wrong is None and commit:
-                producer.commit_transaction(self._timeout)
-            else:
-                producer.abort_transaction(self._timeout)
-            end = self._end_after_marker(topic, partition, action.start)
+            producer.abort_transaction(self._timeout)
+            end = self._end_after_marker(topic, partition, action)
         except KafkaException as exc:
             wrong = exc.args[0]
-        if wrong is None and end != action.end:
-            wrong = f"the log ends at {end}, not {action.end}: another writer appended"
-        if wrong is None:
-            self._ends[key] = end
-            if commit:
-                self._deliver(recs, results)
-            return None
-        self._ends.pop(key, None)
-        error = _offsets_error(wrong, end)
-        if commit:
-            self._fail(recs, error)
-        return error
-
-    def _end_after_marker(self, topic: str, partition: int, start: int) -> int:
-        """The partition's log end once the marker of the transaction just ended is in the log
-        past ``start``: Kafka writes markers after it has answered EndTxn, so nothing else may
-        go before it is seen."""
-        reader = self._reader()
-        reader.wait(f"the transaction marker in {topic}[{partition}]",
-                    lambda: reader.stable_end(topic, partition) > start, self._timeout)
-        return reader.log_end(topic, partition)
+        return self._after_transaction(key, action, wrong, end)
 
     def _empty_abort(self, key: tuple[str, int], action: Action) -> Any:
         """A gap of one offset: a transaction that adds the partition without a record and
@@ -452,44 +491,66 @@ class Emulation:
             producer.begin_transaction()
             register_partition(producer, topic, partition, self._timeout)
             producer.abort_transaction(self._timeout)
-            end = self._end_after_marker(topic, partition, action.start)
+            end = self._end_after_marker(topic, partition, action)
+            wrong: Any = None
         except KafkaException as exc:
-            wrong: Any = exc.args[0]
-        else:
-            wrong = None if end == action.end else (
-                f"the log ends at {end}, not {action.end}: another writer appended")
+            wrong = exc.args[0]
+        return self._after_transaction(key, action, wrong, end)
+
+    def _after_transaction(self, key: tuple[str, int], action: Action, wrong: Any,
+                           end: int) -> Any:
+        if wrong is None and end != action.end:
+            wrong = f"the log ends at {end}, not {action.end}: another writer appended"
         if wrong is None:
             self._ends[key] = end
             return None
         self._ends.pop(key, None)
         return _offsets_error(wrong, end)
 
+    def _end_after_marker(self, topic: str, partition: int, action: Action) -> int:
+        """The partition's log end once the marker of the transaction just ended is in the log
+        past ``action.start``: Kafka writes markers after it has answered EndTxn, so nothing
+        else may go before it is seen. The last stable offset answers both at once when it
+        is where the plan ends (the next step checks where it lands anyway)."""
+        reader = self._reader()
+        stable = [-1]
+
+        def marker_in() -> bool:
+            stable[0] = reader.stable_end(topic, partition)
+            return stable[0] > action.start
+
+        reader.wait(f"the transaction marker in {topic}[{partition}]", marker_in,
+                    self._timeout)
+        return stable[0] if stable[0] == action.end else reader.log_end(topic, partition)
+
     # ---- conditional publish (KIP-27) -----------------------------------------------------
 
-    def _conditional(self, topic: str, partition: int, recs: list[Rec], expected: int) -> None:
+    def _conditional(self, topic: str, partition: int, parts: list[Rows],
+                     expected: int) -> None:
         producer = self._txn_producer()
         reader = self._reader()
         try:
             producer.begin_transaction()
-            results = self._write(producer, topic, partition, recs)
+            results = self._write(producer, topic, partition, parts)
             wrong = _misplaced(results, expected)
             if wrong is None:
                 producer.commit_transaction(self._timeout)
-                last = expected + len(recs) - 1
+                last = expected + sum(len(p) for p in parts) - 1
             else:
                 producer.abort_transaction(self._timeout)
-                placed = [msg.offset() for err, msg in results if err is None and msg]
+                placed = [msg.offset() for err, msg in results
+                          if err is None and msg is not None]
                 last = max(placed) if placed else -1
             # Our marker is in once every transaction up to our last record is decided.
             reader.wait(f"the transaction marker in {topic}[{partition}]",
                         lambda: reader.stable_end(topic, partition) > last, self._timeout)
         except KafkaException as exc:
-            self._fail(recs, ProduceOffsetKafkaError(
+            self._fail(parts, ProduceOffsetKafkaError(
                 exc.args[0].code(), f"{CONDITIONAL_CALL}: {exc.args[0].str()}"))
             return
         self._ends.pop((topic, partition), None)
         if wrong is None:
-            self._deliver(recs, results)
+            self._report(parts, results)
             return
         end = reader.log_end(topic, partition)
         if isinstance(wrong, KafkaError):
@@ -500,13 +561,14 @@ class Emulation:
                 OFFSET_MISMATCH,
                 f"{CONDITIONAL_CALL}: {topic}[{partition}] expected at {expected}; {wrong}; "
                 f"aborted, the log ends at {end}", log_end_offset=end)
-        self._fail(recs, error)
+        self._fail(parts, error)
 
     # ---- writing and reporting ------------------------------------------------------------
 
     def _write(self, producer: Producer, topic: str, partition: int,
-               recs: list[Rec]) -> list:
-        """Produce ``recs`` in order and wait for every acknowledgement: [(err, Message)]."""
+               parts: list[Rows]) -> list:
+        """Produce the records in order and wait for every acknowledgement: [(err, Message)]
+        in offset order (None for a record never acknowledged)."""
         # One partition, an idempotent producer: reports come in produce order.
         results: list = []
         landed = results.append
@@ -515,78 +577,55 @@ class Emulation:
         def report(err, msg) -> None:
             landed((err, msg))
 
-        for rec in recs:
-            kwargs: dict[str, Any] = {"partition": partition, "on_delivery": report}
-            if rec.headers:
-                kwargs["headers"] = rec.headers
-            if rec.timestamp:
-                kwargs["timestamp"] = rec.timestamp
-            while True:
-                try:
-                    produce(topic, rec.value, rec.key, **kwargs)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+        total = 0
+        for part in parts:
+            for i in range(len(part)):
+                key, value, headers, timestamp = part.row(i)
+                kwargs: dict[str, Any] = {"partition": partition, "on_delivery": report}
+                if headers:
+                    kwargs["headers"] = headers
+                if timestamp:
+                    kwargs["timestamp"] = timestamp
+                while True:
+                    try:
+                        produce(topic, value, key, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            total += len(part)
         left = producer.flush(self._timeout)
         if left:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"{left} records not acknowledged in time"))
         results.sort(key=lambda outcome: outcome[1].offset() if outcome[0] is None else -1)
-        return results + [None] * (len(recs) - len(results))
+        return results + [None] * (total - len(results))
 
-    def _deliver(self, recs: list[Rec], results: list) -> None:
-        self._report(recs, [(err, msg) for err, msg in results])
+    def _fail(self, parts: Iterable[Rows], error: KafkaError) -> None:
+        parts = list(parts)
+        self._report(parts, [(error, None)] * sum(len(p) for p in parts))
 
-    def _fail(self, recs: Iterable[Rec], error: KafkaError) -> None:
-        recs = list(recs)
-        self._report(recs, [(error, None)] * len(recs))
-
-    def _report(self, recs: list[Rec], outcomes: list) -> None:
+    def _report(self, parts: list[Rows], outcomes: list) -> None:
         """Queue the reports: one Message per record for per-record sinks, one BatchDelivery
-        per sink and outcome for the others."""
-        batch: dict[int, list] = {}
-        for rec, (err, msg) in zip(recs, outcomes, strict=True):
-            sink = rec.sink
+        per call's part for the others (its first outcome's error and offset)."""
+        index = 0
+        for part in parts:
+            sink, n = part.sink, len(part)
+            mine = outcomes[index:index + n]
+            index += n
             if sink.callback is None:
                 continue
             if sink.per_record:
-                self._reports.append((sink.callback, err, msg if msg is not None
-                                      else _FailedRecord(rec, err)))
+                for i, outcome in enumerate(mine):
+                    err, msg = outcome if outcome is not None else (KafkaError(
+                        KafkaError._TIMED_OUT, "not acknowledged"), None)
+                    self._reports.append((sink.callback, err, msg if msg is not None
+                                          else FailedRecord(part, i, err)))
                 continue
-            entry = batch.setdefault(id(sink), [sink, err, msg, 0])
-            entry[3] += 1
-        for sink, err, msg, count in batch.values():
+            err, msg = mine[0] if mine[0] is not None else (KafkaError(
+                KafkaError._TIMED_OUT, "not acknowledged"), None)
             offset = msg.offset() if msg is not None and err is None else -1
             self._reports.append((sink.callback, err, BatchDelivery(
-                sink.topic, sink.partition, offset, count, err)))
-
-
-class _FailedRecord:
-    """The report object of a record that was refused before librdkafka saw it."""
-
-    def __init__(self, rec: Rec, err: Any) -> None:
-        self._rec, self._err = rec, err
-
-    def error(self) -> Any:
-        return self._err
-
-    def offset(self) -> int:
-        return -1
-
-    def topic(self) -> str:
-        return self._rec.sink.topic
-
-    def partition(self) -> int:
-        return self._rec.sink.partition
-
-    def key(self) -> Any:
-        return self._rec.key
-
-    def value(self) -> Any:
-        return self._rec.value
-
-    def headers(self) -> Any:
-        return self._rec.headers
+                sink.topic, sink.partition, offset, n, err)))
 
 
 def _misplaced(results: list, start: int) -> Any:

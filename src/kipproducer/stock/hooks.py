@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import OffsetOrderError
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
-from .emulation import Emulation, Rec, Sink
+from .emulation import Emulation, Rows, Sink
 from .probe import EmulationUnsupported
 
 log = logging.getLogger("kipproducer.stock")
@@ -27,15 +27,17 @@ def has_kip_keys(messages: list[dict]) -> bool:
     return False
 
 
-def new_emulation(conf: Mapping[str, Any], bulk: Callable) -> Emulation:
-    """The emulation of a Producer with configuration ``conf``; ``bulk(topic, partition,
-    recs)`` writes a run at the log end through the Producer's engine lane and returns the
-    first offset written (see Producer._emulated_bulk_write)."""
+def new_emulation(conf: Mapping[str, Any], bulk_send: Callable,
+                  bulk_settle: Callable) -> Emulation:
+    """The emulation of a Producer with configuration ``conf``; ``bulk_send`` writes a run at
+    the log end into the Producer's engine lane without waiting and ``bulk_settle`` serves
+    that lane's reports until a condition holds (see Producer._emulated_bulk_send)."""
     timeout = int(conf.get("message.timeout.ms", conf.get("delivery.timeout.ms", 300_000)))
     return Emulation(
         conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
         probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
-        timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk=bulk)
+        timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk_send=bulk_send,
+        bulk_settle=bulk_settle)
 
 
 #: resolve_mode()'s answer when the topic's leaders cannot be asked now (no metadata: a
@@ -108,17 +110,18 @@ def _leaders_native(engine: Any, topic: str) -> bool:
 
 def produce_one(emulation: Emulation, topic: str, partition: int, key, value, headers, timestamp,
                 offset: int | None, expected: int | None, callback: Callable | None) -> None:
-    rec = Rec(-1 if offset is None else offset, key, value, headers, timestamp,
-              Sink(callback, True, topic, partition))
+    rows = Rows.one(offset, key, value, headers, timestamp,
+                    Sink(callback, True, topic, partition))
     if offset is not None:
-        emulation.offsets(topic, partition, [rec])
+        emulation.offsets(topic, partition, rows)
     else:
-        emulation.conditional(topic, partition, [rec], expected)
+        emulation.conditional(topic, partition, [rows], expected)
 
 
 def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, timestamps, partition,
                    callback: Callable | None, per_record: bool, offsets,
                    expected: int | None) -> int:
+    """An emulated produce_arrays: the columns are cut per partition, never per record."""
     import numpy as np
 
     from ..record_fields import as_list as _as_list
@@ -126,46 +129,57 @@ def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, time
 
     values = _as_list(values)
     n = len(values)
-    keys = _as_list(keys) if keys is not None else [None] * n
-    stamps = [int(t) for t in timestamps] if timestamps is not None else [None] * n
-    if _per_record_headers(headers, n):
+    key_col = _as_list(keys) if keys is not None else None
+    stamps = np.asarray(timestamps, dtype=np.int64) if timestamps is not None else None
+    if headers is None:
+        rows = None
+    elif _per_record_headers(headers, n):
         rows = list(headers)
     else:
         rows = [headers] * n
-    if len(keys) != n or len(stamps) != n or len(rows) != n:
+    if any(col is not None and len(col) != n for col in (key_col, stamps, rows)):
         raise ValueError("keys, headers, timestamps and values must have the same length")
-    parts = ([int(partition)] * n if isinstance(partition, int)
-             else [int(p) for p in partition])
+    parts = (None if isinstance(partition, int)
+             else np.asarray([int(p) for p in partition], dtype=np.int64))
+    if parts is not None and len(parts) != n:
+        raise ValueError("partition and values must have the same length")
     if expected is not None:
-        sink = Sink(callback, per_record, topic, parts[0] if parts else partition)
-        recs = [Rec(-1, keys[i], values[i], rows[i], stamps[i], sink) for i in range(n)]
-        emulation.conditional(topic, sink.partition, recs, expected)
+        first = int(parts[0]) if parts is not None and n else partition
+        sink = Sink(callback, per_record, topic, first)
+        emulation.conditional(topic, first, [Rows(None, key_col, values, rows, stamps, sink)],
+                              expected)
         return n
     asked = np.asarray(offsets, dtype=np.int64)
     if len(asked) != n:
         raise ValueError("offsets and values must have the same length")
-    if n and int(asked.min()) < 0:
+    if not n:
+        return 0
+    if int(asked.min()) < 0:
         raise ValueError(f"offset must be >= 0, not {int(asked.min())}")
-    part_arr = np.asarray(parts, dtype=np.int64)
-    for p in (np.unique(part_arr).tolist() if n else []):
-        index = np.flatnonzero(part_arr == p)
-        mine = asked[index]
+    if parts is None or bool((parts == parts[0]).all()):
+        groups = [(int(partition) if parts is None else int(parts[0]), None)]
+    else:
+        groups = [(int(p), np.flatnonzero(parts == p)) for p in np.unique(parts)]
+    for _, index in groups:
+        mine = asked if index is None else asked[index]
         steps = np.diff(mine)
         if len(steps) and int(steps.min()) <= 0:
             bad = int(np.flatnonzero(steps <= 0)[0]) + 1
+            at = bad if index is None else int(index[bad])
             raise OffsetOrderError(f"explicit offsets must strictly increase per partition: "
-                                   f"offset {int(mine[bad])} at index {int(index[bad])} does "
+                                   f"offset {int(mine[bad])} at index {at} does "
                                    f"not follow {int(mine[bad - 1])}")
-    by_partition: dict[int, list[Rec]] = {}
-    sinks: dict[int, Sink] = {}
-    for p, o, k, v, h, t in zip(parts, asked.tolist(), keys, values, rows, stamps, strict=True):
-        sink = sinks.get(p)
-        if sink is None:
-            sink = sinks[p] = Sink(callback, per_record, topic, p)
-            by_partition[p] = []
-        by_partition[p].append(Rec(o, k, v, h, t, sink))
-    for p, recs in by_partition.items():
-        emulation.offsets(topic, p, recs)
+    for p, index in groups:
+        sink = Sink(callback, per_record, topic, p)
+        if index is None:
+            part = Rows(asked, key_col, values, rows, stamps, sink)
+        else:
+            pick = index.tolist()
+            part = Rows(asked[index], None if key_col is None else [key_col[i] for i in pick],
+                        [values[i] for i in pick],
+                        None if rows is None else [rows[i] for i in pick],
+                        None if stamps is None else stamps[index], sink)
+        emulation.offsets(topic, p, part)
     return n
 
 
@@ -175,7 +189,7 @@ def produce_batch(emulation: Emulation, topic: str, messages: list[dict], partit
     ``expected_offset`` ones (same partition, consecutive expectations) as one conditional
     batch each, the others as plain records. Every message needs a partition here."""
     queued = 0
-    group: list[Rec] = []
+    group: list[Rows] = []
     group_start = group_part = -1
 
     def close_group() -> None:
@@ -197,8 +211,8 @@ def produce_batch(emulation: Emulation, topic: str, messages: list[dict], partit
                                      "expected_offset (KIP-27), not both")
             continue
         sink = Sink(m.get("callback") or m.get("on_delivery") or callback, True, topic, part)
-        rec = Rec(int(m.get("offset", -1)), m.get("key"), m.get("value"), m.get("headers"),
-                  m.get("timestamp"), sink)
+        rec = Rows.one(int(m["offset"]) if "offset" in m else None, m.get("key"),
+                       m.get("value"), m.get("headers"), m.get("timestamp"), sink)
         expected = m.get("expected_offset")
         if expected is not None and group and part == group_part \
                 and expected == group_start + len(group):
@@ -208,9 +222,9 @@ def produce_batch(emulation: Emulation, topic: str, messages: list[dict], partit
             if expected is not None:
                 group, group_start, group_part = [rec], int(expected), part
             elif "offset" in m:
-                emulation.offsets(topic, part, [rec])
+                emulation.offsets(topic, part, rec)
             else:
-                emulation.plain(topic, part, [rec])
+                emulation.plain(topic, part, rec)
         queued += 1
     close_group()
     return queued

@@ -10,13 +10,27 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+#: Producer properties a user's config may carry that librdkafka's consumers warn about
+#: (CONFWARN on stderr) when handed them: the emulation's readers leave them out.
+PRODUCER_ONLY = ("linger.ms", "queue.buffering.max.ms", "queue.buffering.max.messages",
+                 "queue.buffering.max.kbytes", "batch.num.messages", "batch.size",
+                 "compression.type", "compression.codec", "compression.level", "retries",
+                 "message.send.max.retries", "partitioner", "sticky.partitioning.linger.ms",
+                 "request.timeout.ms", "queuing.strategy", "enable.idempotence",
+                 "transactional.id", "transaction.timeout.ms")
+
+
+def consumer_config(connection: Mapping[str, Any]) -> dict[str, Any]:
+    """``connection`` without the producer-only properties."""
+    return {k: v for k, v in connection.items() if k not in PRODUCER_ONLY}
+
 
 class LogEnds:
     """Two idle consumers (no group joined) asking ListOffsets for the latest offset."""
 
     def __init__(self, connection: Mapping[str, Any]) -> None:
-        base = {**connection, "group.id": f"kip-emulation-{uuid.uuid4().hex[:12]}",
-                "enable.auto.commit": False}
+        base = {**consumer_config(connection),
+                "group.id": f"kip-emulation-{uuid.uuid4().hex[:12]}", "enable.auto.commit": False}
         self._uncommitted = Consumer({**base, "isolation.level": "read_uncommitted"})
         self._committed = Consumer({**base, "isolation.level": "read_committed"})
 
