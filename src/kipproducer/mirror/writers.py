@@ -331,10 +331,10 @@ class PreserveWriter(Writer):
                 if missing else "its records differ from the source's there")
         raise MirrorError(
             f"target {pair.target}[{p}] is not a copy of the source {pair.source}[{p}] below "
-            f"its log end {target_end}: {what}. On a stock target this happens when a "
-            "mirror was killed inside a transaction carrying source records (the emulation's "
-            "commit-marker step, docs/mirror.md); those offsets cannot be written again: "
-            "delete the target topic or mirror to another name (--rename)")
+            f"its log end {target_end}: {what}. Another writer has appended to the target "
+            "topic (on a stock target the emulation keeps offsets only while every writer "
+            "of the topic follows it, docs/stock-clusters.md); those offsets cannot be "
+            "written again: delete the target topic or mirror to another name (--rename)")
 
     def source_position(self, pair: TopicPair, partition: int, offset: int) -> None:
         """The reader met the source's end at ``offset`` (past markers and aborted records):
