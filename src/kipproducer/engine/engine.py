@@ -877,9 +877,8 @@ class Engine:
                     sender.topic, sender.partition, meta.partition_count))
             else:
                 continue
-            for batch in list(sender.pending):
+            for batch in sender.take_pending():
                 self._report(batch, error, -1)
-            sender.pending.clear()
 
     def _send_produce(self, conn: BrokerConnection, batches: list[ProducerBatch],
                       mode: int = ProduceMode.ASSIGN) -> None:
