@@ -6,19 +6,20 @@ per partition (Kafka's rule), keeps up to ``max.in.flight`` requests per connect
 queues delivery reports. Reports are served by ``poll()`` / ``flush()`` on the caller's
 thread, as librdkafka serves its callbacks.
 
-Per partition (``PartitionSender``) batches go out in order. A retriable failure (connection
-lost, NOT_LEADER..., timeouts) stops that partition: once its in-flight batches have all come
-back, the failed ones are sent again, in their original order and with their original
-sequence numbers, so an idempotent producer's retries are recognised by the broker as
-duplicates when the first attempt did land: no duplicates, no reordering. A partition's
-batches in flight all use one connection: a batch never overtakes an earlier one that is
-still out on a lost connection. With idempotence, OUT_OF_ORDER_SEQUENCE_NUMBER on a batch
-behind a failed one is part of that retry; anywhere else (and UNKNOWN_PRODUCER_ID, a batch
-refused for good, a purge) the partition's sequence is broken and the producer takes a new id
-from InitProducerId, as Kafka's clients do, and re-stamps every batch not yet acknowledged
-from sequence 0. Before that, the other partitions' failed batches (a lost connection leaves
-their fate unknown) are retried under the current id until the broker answers for them: a
-re-stamped copy of a batch that did land would be a duplicate no broker can recognise.
+Per partition (``PartitionSendState``, engine/partition_send.py) batches go out in order. A
+retriable failure (connection lost, NOT_LEADER..., timeouts) stops that partition: once its
+in-flight batches have all come back, the failed ones are sent again, in their original order
+and with their original sequence numbers, so an idempotent producer's retries are recognised
+by the broker as duplicates when the first attempt did land: no duplicates, no reordering. A
+partition's batches in flight all use one connection: a batch never overtakes an earlier one
+that is still out on a lost connection. With idempotence, OUT_OF_ORDER_SEQUENCE_NUMBER on a
+batch behind a failed one is part of that retry; anywhere else (and UNKNOWN_PRODUCER_ID, a
+batch refused for good, a purge) the partition's sequence is broken and the producer takes a
+new id from InitProducerId, as Kafka's clients do, and re-stamps every batch not yet
+acknowledged from sequence 0. Before that, the other partitions' failed batches (a lost
+connection leaves their fate unknown) are retried under the current id until the broker
+answers for them: a re-stamped copy of a batch that did land would be a duplicate no broker
+can recognise.
 
 With a ``TransactionManager`` (``transactional.id``; engine/transactions.py) the producer id
 comes from init_transactions() instead, every batch is flagged transactional and every Produce
@@ -35,7 +36,7 @@ import logging
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -59,6 +60,7 @@ from ..protocol.api_keys import INIT_PRODUCER_ID, PRODUCE
 from .cluster import Cluster
 from .config import EngineConfig
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
+from .partition_send import BrokenChain, PartitionSendState
 from .transactions import EngineHooks
 from .txn_requests import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -135,23 +137,9 @@ def _records_by_partition(batches: list[ProducerBatch]):
         yield topic, partition, datas[0] if len(datas) == 1 else b"".join(datas)
 
 
-def _leave_flight(sender: PartitionSender, batch: ProducerBatch) -> None:
-    """Take an answered batch out of its partition's in-flight queue (answers come in
-    order, so it is the first one but after a lost connection)."""
-    in_flight = sender.in_flight
-    if in_flight and in_flight[0] is batch:
-        in_flight.popleft()
-    elif batch in in_flight:
-        in_flight.remove(batch)
-
-
 def first_opaque(batch: ProducerBatch) -> Any:
     runs = batch.opaque_runs
     return runs[0][1] if runs else None
-
-
-# A failed conditional call: (its opaque, the offset after the failed batch, the error).
-BrokenChain = tuple[Any, int, KafkaError]
 
 
 def continues(batch: ProducerBatch, chain: BrokenChain) -> bool:
@@ -218,26 +206,6 @@ class DeliveryReport:
     log_append_time: int = -1
 
 
-@dataclass
-class PartitionSender:
-    """A partition's batches between the accumulator and their delivery report."""
-
-    topic: str
-    partition: int
-    pending: deque = field(default_factory=deque)    # drained, not sent, in order
-    in_flight: deque = field(default_factory=deque)  # sent, no answer yet, in order
-    failed: list = field(default_factory=list)       # to resend once in_flight is empty
-    retry_at: float = 0.0                            # monotonic seconds
-    conn: Any = None                                 # the connection in_flight went out on
-    # A conditional (KIP-27) batch failed for good: (its call's opaque, the offset after it,
-    # the error). Later batches of the same call that continue it are not sent: they
-    # expected to follow records that are not in the log.
-    broken_chain: BrokenChain | None = None
-    # id(first batch) -> batches of the unit it went out with (docs/protocol.md §9): a retry sends
-    # exactly that unit again, so the broker recognises it as a duplicate if it landed.
-    units: dict = field(default_factory=dict)
-
-
 class Engine:
     def __init__(self, config: EngineConfig, txn: TransactionManager | None = None) -> None:
         self.config = config
@@ -258,7 +226,9 @@ class Engine:
         self._outstanding = 0                 # records appended, not yet reported
         self._piled_records = 0               # records in self._reports
         self._prompt_waiters = 0              # take_reports callers that want every report now
-        self._partitions: dict[tuple[str, int], PartitionSender] = {}
+        # Each partition's send state (batches, retries, whether its sequence holds), the one
+        # place the engine asks about a partition (engine/partition_send.py).
+        self._partitions: dict[tuple[str, int], PartitionSendState] = {}
         self._flushing = 0
         self._closing = False
         # The producer id and epoch are kept once, in the accumulator (acc.producer_id,
@@ -269,9 +239,6 @@ class Engine:
         self._need_new_producer_id = config.enable_idempotence and txn is None
         self._fatal: KafkaError | None = None
         self.dead = False                     # the sender thread has ended
-        # (topic, partition)s whose sequence the broker will not continue under this producer
-        # id: their batches wait for a new id; the others' retries are resolved first.
-        self._broken: set[tuple[str, int]] = set()
         self._loop = asyncio.new_event_loop()
         self._wake: Wakeup | None = None
         # A Produce answer named a moved or unknown leader, a connection was lost or a request
@@ -455,8 +422,7 @@ class Engine:
             never_drained = self.acc.purge()  # already released from the bounds
         drained = []
         for sender in self._partitions.values():
-            drained.extend(sender.pending)
-            sender.pending.clear()
+            drained.extend(sender.take_pending())
         error = kafka_error(PURGE_QUEUE, "purged before it was sent")
         for batch in never_drained:
             self._report(batch, error, -1, release=False)
@@ -468,7 +434,9 @@ class Engine:
                 and any(b.producer_id >= 0 for b in drained)):
             # Their sequences will never reach the broker: start over with a new producer id
             # rather than run into OUT_OF_ORDER_SEQUENCE_NUMBER with the next batch.
-            self._broken.update((b.topic, b.partition) for b in drained if b.producer_id >= 0)
+            for batch in drained:
+                if batch.producer_id >= 0:
+                    self._partitions[(batch.topic, batch.partition)].break_sequence()
             self._need_new_producer_id = True
         return sum(b.record_count for b in never_drained + drained)
 
@@ -487,17 +455,15 @@ class Engine:
         """A transactional producer id / epoch: batches not yet acknowledged are re-stamped
         with it, every partition's sequence from 0."""
         self._adopt_producer(producer_id, producer_epoch)
-        self._broken.clear()
 
     def _adopt_producer(self, producer_id: int, producer_epoch: int) -> None:
         """Batches not yet acknowledged go back to the accumulator, oldest first at the front,
-        so they are re-stamped with the new id and sequences from 0 when drained again."""
+        so they are re-stamped with the new id and sequences from 0 when drained again; every
+        partition's sequence holds again."""
         with self.lock:
             for sender in self._partitions.values():
-                for batch in reversed([*sender.failed, *sender.pending]):
+                for batch in reversed(sender.new_producer()):
                     self.acc.reenqueue(batch)
-                sender.failed.clear()
-                sender.pending.clear()
             self.acc.set_producer(producer_id, producer_epoch)
 
     def purge_transaction(self) -> int:
@@ -510,17 +476,8 @@ class Engine:
             never_drained = self.acc.purge()
             dropped = []
             for sender in self._partitions.values():
-                never_sent = [b for b in sender.pending if b.attempts == 0 and
-                              b.base_sequence >= 0]
-                if never_sent:
-                    # Their sequence numbers never reached the broker: the partition's
-                    # sequence goes back to the first of them, no hole is left.
-                    self.acc.set_next_sequence(sender.topic, sender.partition,
-                                               min(b.base_sequence for b in never_sent))
-                dropped.extend(sender.failed)
-                dropped.extend(sender.pending)
-                sender.failed.clear()
-                sender.pending.clear()
+                # (batches that never went out give their sequence numbers back)
+                dropped.extend(sender.drop_for_abort())
         error = kafka_error(PURGE_QUEUE, "Local: Purged in queue (the transaction failed or "
                             "is being aborted)")
         for batch in never_drained:
@@ -586,11 +543,8 @@ class Engine:
         for batch in never_drained:
             self._report(batch, error, -1, release=False)
         for sender in self._partitions.values():
-            for batch in [*sender.in_flight, *sender.failed, *sender.pending]:
+            for batch in sender.take_all():
                 self._report(batch, error, -1)
-            sender.in_flight.clear()
-            sender.failed.clear()
-            sender.pending.clear()
 
     async def _sender(self) -> None:
         assert self._wake is not None
@@ -639,11 +593,12 @@ class Engine:
         while done:
             self.acc.release(done.popleft())
 
-    def _sender_for(self, topic: str, partition: int) -> PartitionSender:
+    def _sender_for(self, topic: str, partition: int) -> PartitionSendState:
         key = (topic, partition)
         sender = self._partitions.get(key)
         if sender is None:
-            sender = self._partitions[key] = PartitionSender(topic, partition)
+            sender = self._partitions[key] = PartitionSendState(topic, partition, self.acc,
+                                                                self.txn)
         return sender
 
     def _any_in_flight(self) -> bool:
@@ -653,8 +608,7 @@ class Engine:
         """Batches that went out and failed without a verdict (a lost connection, a timeout)
         on partitions whose sequence still holds: retried under the current producer id
         before a new one is taken, since they may already be in the log."""
-        return any((s.failed or (s.pending and s.pending[0].attempts > 0))
-                   for key, s in self._partitions.items() if key not in self._broken)
+        return any(s.unresolved for s in self._partitions.values())
 
     async def _init_producer_id(self) -> None:
         """The idempotent producer's id (a transactional producer's comes from its
@@ -681,7 +635,6 @@ class Engine:
             return
         self._adopt_producer(response.producer_id, response.producer_epoch)
         self._need_new_producer_id = False
-        self._broken.clear()
         log.info("idempotent producer id %d epoch %d", response.producer_id,
                  response.producer_epoch)
 
@@ -700,15 +653,13 @@ class Engine:
         # out, under the current id, so the new id never re-sends a batch already written.
         resolving = self._need_new_producer_id
         now = time.monotonic()
-        by_leader: dict[int, list[PartitionSender]] = {}
+        by_leader: dict[int, list[PartitionSendState]] = {}
         missing: set[str] = set()
-        for key, sender in self._partitions.items():
-            if resolving and key in self._broken:
+        for sender in self._partitions.values():
+            if resolving and sender.sequence_broken:
                 continue
-            if sender.failed and not sender.in_flight and now >= sender.retry_at:
-                sender.pending.extendleft(reversed(sender.failed))
-                sender.failed.clear()
-            if not sender.pending or sender.failed or now < sender.retry_at:
+            sender.resend_failed(now)
+            if sender.blocked(now):
                 continue
             batch = sender.pending[0]
             if self._expired(batch):
@@ -733,12 +684,12 @@ class Engine:
                 # Its partitions may have new leaders: the next round refreshes metadata.
                 self._need_metadata = True
                 for sender in senders:
-                    sender.retry_at = time.monotonic() + self.config.retry_backoff_ms / 1000
+                    sender.back_off(self.config.retry_backoff_ms / 1000)
                 continue
             conn.on_writable = self._wake_soon
             self._fill(conn, senders)
 
-    def _fill(self, conn: BrokerConnection, senders: list[PartitionSender]) -> None:
+    def _fill(self, conn: BrokerConnection, senders: list[PartitionSendState]) -> None:
         """Send requests on ``conn`` while it has room: up to max.in.flight, each with at
         most one batch per partition (Kafka's rule), a partition's batches in order, while
         the socket buffer has room (a full one wakes the sender when it drains)."""
@@ -751,7 +702,7 @@ class Engine:
             budget -= 1
 
     def _take_request(self, conn: BrokerConnection,
-                      senders: list[PartitionSender]) -> tuple[list[ProducerBatch], int]:
+                      senders: list[PartitionSendState]) -> tuple[list[ProducerBatch], int]:
         """The next request's batches and ProduceMode: the head batch of each partition that
         may go now, all of one mode (a request has one mode, docs/protocol.md §2)."""
         chosen, size, mode = [], 0, None
@@ -767,7 +718,7 @@ class Engine:
             batch = sender.pending[0]
             if self._need_new_producer_id and batch.attempts == 0:
                 continue  # resolving: only retries of batches whose fate is unknown go out
-            if self.txn is not None and not self.txn.may_send(sender.topic, sender.partition):
+            if not sender.may_send():
                 continue  # not added to the transaction yet (AddPartitionsToTxn is asked)
             batch_mode = batch.produce_mode
             if self._expired(batch):
@@ -791,13 +742,10 @@ class Engine:
             for member in unit:
                 chosen.append(member)
                 size += member.size
-                sender.pending.popleft()
-                sender.in_flight.append(member)
-                member.attempts += 1
-            sender.conn = conn
+                sender.send(member, conn)
         return chosen, ProduceMode.ASSIGN if mode is None else mode
 
-    def _unit_of(self, conn: BrokerConnection, sender: PartitionSender, head: ProducerBatch,
+    def _unit_of(self, conn: BrokerConnection, sender: PartitionSendState, head: ProducerBatch,
                  room: int) -> list[ProducerBatch]:
         """The batches of ``sender`` that go in this request: the head batch, and with
         explicit offsets to a broker that takes several batches per partition (docs/protocol.md §9)
@@ -835,7 +783,7 @@ class Engine:
             sender.units[id(head)] = len(unit)
         return unit
 
-    def _refuse_locally(self, conn: BrokerConnection, sender: PartitionSender,
+    def _refuse_locally(self, conn: BrokerConnection, sender: PartitionSendState,
                         batch: ProducerBatch) -> bool:
         """Fail a KIP batch that must not be sent: the broker lacks the feature (a stock
         broker would ignore the mode and assign offsets), or it continues a failed
@@ -880,15 +828,7 @@ class Engine:
         timed_out = kafka_error(MSG_TIMED_OUT, "delivery.timeout.ms expired before the batch "
                                 "was sent")
         for sender in self._partitions.values():
-            waiting = [*sender.failed, *sender.pending] if not sender.in_flight else [
-                *sender.pending]
-            for batch in waiting:
-                if error is None and not self._expired(batch):
-                    continue
-                if batch in sender.failed:
-                    sender.failed.remove(batch)
-                else:
-                    sender.pending.remove(batch)
+            for batch in sender.take_waiting(error, self._expired):
                 self._report(batch, error or timed_out, -1)
 
     def _expired(self, batch: ProducerBatch) -> bool:
@@ -937,9 +877,8 @@ class Engine:
                     sender.topic, sender.partition, meta.partition_count))
             else:
                 continue
-            for batch in list(sender.pending):
+            for batch in sender.take_pending():
                 self._report(batch, error, -1)
-            sender.pending.clear()
 
     def _send_produce(self, conn: BrokerConnection, batches: list[ProducerBatch],
                       mode: int = ProduceMode.ASSIGN) -> None:
@@ -1048,7 +987,7 @@ class Engine:
             return False
         # Every partition led by this broker that has batches to send, in the loop's order:
         # the freed budget is not only the answered partitions' to take.
-        senders: list[PartitionSender] = []
+        senders: list[PartitionSendState] = []
         now = time.monotonic()
         leader = self.cluster.leader
         node = conn.node_id
@@ -1105,7 +1044,7 @@ class Engine:
                 # The transaction fails; its abort bumps the epoch (KIP-360).
                 self._fail_for_good(batch, error)
             else:  # the broker lost our sequence: new producer id, then resend everything
-                self._broken.add((batch.topic, batch.partition))
+                sender.break_sequence()
                 self._need_new_producer_id = True
                 self._retry_or_fail(batch, error, force_retry=True)
             return
@@ -1119,13 +1058,13 @@ class Engine:
         if self.config.enable_idempotence and batch.producer_id >= 0 and self.txn is None:
             # A batch that will never be written leaves a hole in the sequence: start over with
             # a new producer id (Kafka's clients bump the epoch the same way).
-            self._broken.add((batch.topic, batch.partition))
+            self._sender_for(batch.topic, batch.partition).break_sequence()
             self._need_new_producer_id = True
 
     def _retry_or_fail(self, batch: ProducerBatch, error: KafkaError, *,
                        force_retry: bool = False) -> None:
         sender = self._sender_for(batch.topic, batch.partition)
-        _leave_flight(sender, batch)
+        sender.leave_flight(batch)
         if self._expired(batch) or (not force_retry and batch.attempts > self.config.retries):
             self._finish(batch, error, -1)
             return
@@ -1134,9 +1073,7 @@ class Engine:
             return
         backoff = min(self.config.retry_backoff_ms * (2 ** min(batch.attempts - 1, 10)),
                       self.config.retry_backoff_max_ms)
-        sender.failed.append(batch)
-        sender.failed.sort(key=lambda b: (b.base_sequence, b.created_ms))
-        sender.retry_at = time.monotonic() + backoff / 1000
+        sender.retry_later(batch, backoff / 1000)
         log.debug("retrying %s after %s", batch, error)
 
     def _complete(self, batch: ProducerBatch, error, base_offset: int,
@@ -1147,10 +1084,7 @@ class Engine:
     def _settle(self, batch: ProducerBatch) -> None:
         """A batch has its verdict: out of flight, and its unit forgotten (a unit is
         remembered until then, for its retries)."""
-        sender = self._sender_for(batch.topic, batch.partition)
-        _leave_flight(sender, batch)
-        if sender.units:
-            sender.units.pop(id(batch), None)
+        self._sender_for(batch.topic, batch.partition).settle(batch)
 
     def _finish(self, batch: ProducerBatch, error, base_offset: int) -> None:
         self._complete(batch, error, base_offset)
