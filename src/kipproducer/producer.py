@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import random
 import time
 import zlib
@@ -118,8 +119,41 @@ def _fail_message(message: dict, code_name: str, text: str) -> None:
     message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
 
 
+def _state_field(name: str, *, writable: bool = True) -> property:
+    """A Producer attribute kept in its ProduceState (the ``_kip_state`` slot), where the C
+    produce() reads it as a typed field (src/_accel/accumulator.pxd)."""
+    get = operator.attrgetter(f"_kip_state.{name}")  # (a C getter: no Python frame per read)
+    if not writable:
+        return property(get)
+
+    def set_field(producer: Producer, value: Any) -> None:
+        setattr(producer._kip_state, name, value)
+
+    return property(get, set_field)
+
+
+def _set_engine(producer: Producer, engine: Any) -> None:
+    producer._kip_state.use_engine(engine, None if engine is None else engine.shared)
+
+
 class Producer(confluent_kafka.Producer):
+    # The C produce() (kipproducer._accumulator.produce) finds a producer's ProduceState
+    # through this slot's descriptor, and reads these attributes there as typed fields.
+    __slots__ = ("_kip_state", "__dict__", "__weakref__")
+    _group = _state_field("group")
+    _engine = property(operator.attrgetter("_kip_state.engine"), _set_engine)
+    _txn = _state_field("txn")
+    _kip_direct = _state_field("kip_direct")
+    _lanes = _state_field("lanes", writable=False)
+    _last_target = _state_field("last_target")
+    _default_on_delivery = _state_field("default_on_delivery")
+
+    # produce() in C for its common cases (see _accumulator.produce, wired by
+    # configure_produce below); the rest is _produce_general.
+    produce = _accumulator.produce  # type: ignore[assignment]
+
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self._kip_state = _accumulator.ProduceState()
         conf = dict(config or {})
         conf.update(kwargs)
         for name in conf:
@@ -171,8 +205,8 @@ class Producer(confluent_kafka.Producer):
         self._kip_direct_native = self._kip_direct
         if self._kip_mode != "native":
             self._kip_direct = False
-        # topic -> (lane, records of that lane not yet reported), once the engine is in use
-        self._lanes: dict[str, list] = {}
+        # self._lanes (topic -> [lane, records of that lane not yet reported], once the engine
+        # is in use) starts empty in the ProduceState.
         self._last_target: _ReportTo | None = None  # produce()'s last report target
 
     # ---- the engine lane ----------------------------------------------------------------------
@@ -1025,10 +1059,8 @@ class Producer(confluent_kafka.Producer):
             engine.close(timeout=0)
 
 
-# produce() in C for its common cases (see _accumulator.produce); the rest is _produce_general.
 _accumulator.configure_produce(Producer._produce_general, confluent_kafka.Producer.produce,
-                               _ReportTo, ENGINE, _PRODUCE_KEYWORDS)
-Producer.produce = _accumulator.produce  # type: ignore[assignment,method-assign]
+                               _ReportTo, ENGINE, _PRODUCE_KEYWORDS, Producer._kip_state)
 
 
 def _one_partition(key, total: int, partitioner: str) -> int:
