@@ -63,12 +63,13 @@ def _serves_group(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def call(self: Producer, *args: Any, **kwargs: Any) -> Any:
-        if self._group is None:
+        group = self._kip_state.group
+        if group is None:
             return method(self, *args, **kwargs)
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._group.tick()
+            group.tick()
 
     return call
 
@@ -469,11 +470,12 @@ class Producer(confluent_kafka.Producer):
 
     @_serves_group
     def _produce_general(self, topic, value=None, key=None, *args, **kwargs):
-        """produce(), every case: the C produce() (installed as Producer.produce below)
+        """produce(), every case: the C produce() (Producer.produce, set in the class body)
         appends the common offset= / expected_offset= call itself and hands the rest here."""
-        if "offset" in kwargs or "expected_offset" in kwargs or self._txn is not None:
+        state = self._kip_state  # (its fields read directly: a property costs a call each)
+        if "offset" in kwargs or "expected_offset" in kwargs or state.txn is not None:
             return self._produce_kip(topic, value, key, args, kwargs)
-        if self._engine is None:
+        if state.engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
         # Both lanes in use: count this record until librdkafka reports it.
         if len(args) > len(_PRODUCE_POSITIONAL):
@@ -485,7 +487,7 @@ class Producer(confluent_kafka.Producer):
             kwargs[name] = arg
         args = ()
         on_delivery, callback = kwargs.pop("on_delivery", None), kwargs.pop("callback", None)
-        user = on_delivery or callback or self._default_on_delivery
+        user = on_delivery or callback or state.default_on_delivery
         self._enter_lane(topic, RDKAFKA, 1)
 
         def delivered(err, msg, _user=user, _topic=topic):
@@ -513,6 +515,7 @@ class Producer(confluent_kafka.Producer):
             unknown = sorted(set(kwargs) - _PRODUCE_KEYWORDS)
             raise TypeError(f"produce() got unexpected keyword arguments {unknown}")
         get = kwargs.get
+        state = self._kip_state  # (its fields read directly: a property costs a call each)
         offset, expected = get("offset"), get("expected_offset")
         partition = get("partition", -1)
         if partition is None:
@@ -524,10 +527,10 @@ class Producer(confluent_kafka.Producer):
                                           value, get("headers"),
                                           get("timestamp"), offset, expected,
                                           get("on_delivery") or get("callback")
-                                          or self._default_on_delivery)
-        if self._txn is not None:
-            self._txn.check_produce()
-        engine = self._engine
+                                          or state.default_on_delivery)
+        if state.txn is not None:
+            state.txn.check_produce()
+        engine = state.engine
         if engine is None or engine.dead:
             engine = self._engine_or_start()
         if partition < 0:
@@ -545,16 +548,16 @@ class Producer(confluent_kafka.Producer):
             raise KafkaException(KafkaError(
                 KafkaError.MSG_SIZE_TOO_LARGE,
                 f"{size} bytes > message.max.bytes={engine.config.message_max_bytes}"))
-        user = get("on_delivery") or get("callback") or self._default_on_delivery
-        target = self._last_target
+        user = get("on_delivery") or get("callback") or state.default_on_delivery
+        target = state.last_target
         if target is None or (target.callback is not user and target.callback != user):
             # (== too: a bound method, say obj.on_delivery, is a new object at every call)
             # Records with the same target share a run in their batch (one per callback).
-            target = self._last_target = _ReportTo(user, True)
-        lane = self._lanes.get(topic)
+            target = state.last_target = _ReportTo(user, True)
+        lane = state.lanes.get(topic)
         if lane is None or lane[0] != ENGINE:
             self._enter_lane(topic, ENGINE, 0)
-            lane = self._lanes[topic]
+            lane = state.lanes[topic]
         with engine.lock:
             engine.acc.append(topic, partition, key, value, get("headers"),
                               get("timestamp") or None, offset, target, expected)
