@@ -2042,7 +2042,7 @@ cdef inline object librdkafka_produce(self, topic, value, key, dict kwargs):
 
 
 cdef class EngineState:
-    # (fields: accumulator.pxd)
+    # (fields: kipproducer/_accumulator.pxd)
     def __cinit__(self, RecordAccumulator acc not None, lock, reports_cv,
                   Py_ssize_t message_max_bytes, wake, fail_held):
         self.acc = acc
@@ -2059,7 +2059,7 @@ cdef class EngineState:
 
 
 cdef class ProduceState:
-    # (fields: accumulator.pxd)
+    # (fields: kipproducer/_accumulator.pxd)
     def __cinit__(self):
         self.lanes = {}
 

@@ -122,7 +122,7 @@ def _fail_message(message: dict, code_name: str, text: str) -> None:
 
 def _state_field(name: str, *, writable: bool = True) -> property:
     """A Producer attribute kept in its ProduceState (the ``_kip_state`` slot), where the C
-    produce() reads it as a typed field (src/_accel/accumulator.pxd)."""
+    produce() reads it as a typed field (src/_accel/kipproducer/_accumulator.pxd)."""
     get = operator.attrgetter(f"_kip_state.{name}")  # (a C getter: no Python frame per read)
     if not writable:
         return property(get)

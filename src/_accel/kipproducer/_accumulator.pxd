@@ -1,11 +1,16 @@
 # The C boundary of kipproducer._accumulator (src/_accel/accumulator.pyx; Cython finds a
-# module's own .pxd by its full name, hence this kipproducer/ folder): the state that the per-record produce() fast
-# path and note_appended() (accumulator.pyx) read and write, as typed fields of two cdef
-# classes. The Python layer holds one instance of each (kipproducer.producer.Producer its
-# ProduceState, kipproducer.engine.engine.Engine its EngineState) and reaches these fields
-# through properties with its old attribute names; the C code reads them as C struct fields,
-# so renaming a field here is a compile error there, not a silent fall back to the slow path
-# or a KeyError at the first record.
+# module's own .pxd by its full name, hence this kipproducer/ folder): the state that the
+# per-record produce() fast path and note_appended() read and write, as typed fields of two
+# cdef classes. The Python layer holds one instance of each (kipproducer.producer.Producer its
+# ProduceState in the `_kip_state` slot, kipproducer.engine.engine.Engine its EngineState as
+# `shared`) and keeps its old attribute names as properties over these fields; the C code
+# reads them as struct fields, never by name.
+#
+# What a rename on one side only does: a C-typed field (bint, Py_ssize_t, int64_t) is read in
+# a nogil helper of accumulator.pyx, so it is a compile error. For an object field Cython
+# would compile a Python attribute lookup instead; these classes have no __dict__, so it
+# raises AttributeError at the first call, and tests/kip/test_c_boundary.py fails before that
+# (it checks every field the fast path names against this file).
 from libc.stdint cimport int64_t
 
 

@@ -234,7 +234,7 @@ class PartitionSender:
 
 def _shared_field(name: str, *, writable: bool = True) -> property:
     """An Engine attribute kept in its EngineState (``Engine.shared``), where the C per-record
-    produce() path reads it as a typed field (src/_accel/accumulator.pxd)."""
+    produce() path reads it as a typed field (src/_accel/kipproducer/_accumulator.pxd)."""
     get = operator.attrgetter(f"shared.{name}")  # (a C getter: no Python frame per read)
     if not writable:
         return property(get)
