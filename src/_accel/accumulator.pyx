@@ -1968,6 +1968,9 @@ cdef object _librdkafka_produce = None  # confluent_kafka.Producer.produce
 cdef object _report_to = None         # producer._ReportTo
 cdef object _engine_lane = None       # producer.ENGINE
 cdef frozenset _produce_keywords = frozenset()
+# The Producer's `_kip_state` slot (a member descriptor): produce() gets each producer's
+# ProduceState through it, by reference, not by looking a name up per call.
+cdef object _state_slot = None
 
 ctypedef object (*KeywordsFunction)(object self, object args, object kwargs)
 
@@ -1990,11 +1993,33 @@ cdef KeywordsFunction _librdkafka_produce_c = NULL
 cdef type _librdkafka_class = None     # the class that function takes as self
 
 
-def configure_produce(general, librdkafka_produce, report_to, engine_lane, keywords):
-    """Wire the C produce() to the Python layer (kipproducer.producer does this once)."""
+cdef extern from *:
+    """
+    /* The value of a data descriptor (here a __slots__ member) on obj, as obj.name would
+       give it, without the name: the descriptor's own tp_descr_get. */
+    static PyObject *kip_descriptor_get(PyObject *descriptor, PyObject *obj) {
+        return Py_TYPE(descriptor)->tp_descr_get(descriptor, obj, (PyObject *)Py_TYPE(obj));
+    }
+    """
+    object kip_descriptor_get(object descriptor, object obj)
+
+
+def configure_produce(general, librdkafka_produce, report_to, engine_lane, keywords,
+                      state_slot=None):
+    """Wire the C produce() to the Python layer (kipproducer.producer does this once).
+    ``state_slot``: the member descriptor of the Producer's ``__slots__`` entry that holds
+    its ProduceState (None keeps the one given before)."""
     global _general_produce, _librdkafka_produce, _report_to, _engine_lane, _produce_keywords
-    global _librdkafka_produce_c, _librdkafka_class
+    global _librdkafka_produce_c, _librdkafka_class, _state_slot
     cdef PyMethodDef *method
+    if state_slot is not None:
+        import types
+        if not isinstance(state_slot, types.MemberDescriptorType):
+            raise TypeError(f"state_slot must be a __slots__ member descriptor, "
+                            f"not {type(state_slot).__name__}")
+        _state_slot = state_slot
+    elif _state_slot is None:
+        raise TypeError("configure_produce() needs state_slot the first time")
     _general_produce = general
     _librdkafka_produce = librdkafka_produce
     _report_to = report_to
@@ -2016,25 +2041,86 @@ cdef inline object librdkafka_produce(self, topic, value, key, dict kwargs):
     return _librdkafka_produce(self, topic, value, key, **kwargs)
 
 
-def note_appended(engine, RecordAccumulator acc not None, Py_ssize_t count):
+cdef class EngineState:
+    # (fields: kipproducer/_accumulator.pxd)
+    def __cinit__(self, RecordAccumulator acc not None, lock, reports_cv,
+                  Py_ssize_t message_max_bytes, wake, fail_held):
+        self.acc = acc
+        self.lock = lock
+        self.reports_cv = reports_cv
+        self.message_max_bytes = message_max_bytes
+        self.wake = wake
+        self.fail_held = fail_held
+        self.outstanding = 0
+        self.dead = False
+        self.sender_idle = True
+        self.idle_closed = -1
+        self.idle_until_ms = 0
+
+
+cdef class ProduceState:
+    # (fields: kipproducer/_accumulator.pxd)
+    def __cinit__(self):
+        self.lanes = {}
+
+    def use_engine(self, engine, EngineState sender):
+        """The producer's engine (None: none) and that engine's EngineState, together."""
+        if (engine is None) != (sender is None):
+            raise ValueError("an engine and its EngineState are given together")
+        self.engine = engine
+        self.sender = sender
+
+
+# The C-typed fields of the boundary are read and written in these nogil functions: there
+# Cython refuses, at compile time, a name that is not a field declared in the .pxd (with the
+# GIL it would compile a Python attribute lookup instead, which fails only when it runs).
+# Called with the GIL held, they release nothing and inline to plain struct accesses.
+
+cdef inline bint sender_is_dead(EngineState shared) noexcept nogil:
+    return shared.dead
+
+
+cdef inline Py_ssize_t max_message_bytes(EngineState shared) noexcept nogil:
+    return shared.message_max_bytes
+
+
+cdef inline void add_outstanding(EngineState shared, Py_ssize_t count) noexcept nogil:
+    shared.outstanding += count
+
+
+cdef inline bint sender_needs_waking(EngineState shared, RecordAccumulator acc) noexcept nogil:
+    return shared.sender_idle and not (
+        acc.closed_batches == shared.idle_closed
+        and shared.idle_until_ms + 2 <= clock_ms(CLOCK_MONOTONIC) + acc.linger_ms)
+
+
+cdef inline bint offsets_direct(ProduceState state) noexcept nogil:
+    return state.kip_direct
+
+
+cdef bint appended_c(EngineState shared, Py_ssize_t count) except -1:
+    """note_appended's rule (see there)."""
+    cdef RecordAccumulator acc = <RecordAccumulator>shared.acc  # typed in EngineState()
+    cv = shared.reports_cv
+    cv.acquire()   # (a Condition's acquire/release are its lock's own, no Python frame)
+    try:
+        add_outstanding(shared, count)
+    finally:
+        cv.release()
+    if sender_is_dead(shared):
+        return True
+    if sender_needs_waking(shared, acc):
+        shared.wake()
+    return False
+
+
+def note_appended(EngineState shared not None, Py_ssize_t count):
     """Engine.appended's rule (one home, in C for produce()'s per-record path): count the
     records as outstanding, and wake the sender unless it sleeps and its alarm rings no later
     than a batch opened now would be ready with nothing closed since it went to sleep (waking
     it, a self-pipe write and a round of its loop per record of a produce() loop, gains
     nothing). Returns True when the engine has died: the caller fails what it holds."""
-    cv = engine._reports_cv
-    cv.acquire()   # (a Condition's acquire/release are its lock's own, no Python frame)
-    try:
-        engine._outstanding = engine._outstanding + count
-    finally:
-        cv.release()
-    if engine.dead:
-        return True
-    if engine._sender_idle and not (
-            acc.closed_batches == engine._idle_closed
-            and engine._idle_until_ms + 2 <= clock_ms(CLOCK_MONOTONIC) + acc.linger_ms):
-        engine.wake()
-    return False
+    return appended_c(shared, count)
 
 
 cdef inline Py_ssize_t length_or_zero(object field) except -1:
@@ -2046,40 +2132,44 @@ def produce(self, topic, value=None, key=None, *args, **kwargs):
     [timestamp], [headers]) plus offset= (KIP-391) and expected_offset= (KIP-27); see
     kipproducer.producer."""
     cdef RecordAccumulator acc
-    cdef dict inst = self.__dict__
+    cdef ProduceState state
+    cdef EngineState sender
     cdef list lane
-    if args or inst.get("_group") is not None:
+    if _state_slot is None:
+        raise TypeError("kipproducer._accumulator.produce is not configured")
+    state = <ProduceState?>kip_descriptor_get(_state_slot, self)
+    if args or state.group is not None:
         return _general_produce(self, topic, value, key, *args, **kwargs)
     offset = kwargs.get("offset")
     expected = kwargs.get("expected_offset")
-    engine = inst.get("_engine")
+    sender = state.sender
     if offset is None and expected is None:
-        if (engine is None and inst.get("_txn") is None and "offset" not in kwargs
+        if (sender is None and state.txn is None and "offset" not in kwargs
                 and "expected_offset" not in kwargs):
             return librdkafka_produce(self, topic, value, key, kwargs)
         return _general_produce(self, topic, value, key, **kwargs)
     partition = kwargs.get("partition", -1)
     if (offset is not None and expected is not None) or type(partition) is not int \
-            or partition < 0 or not inst.get("_kip_direct") or type(topic) is not str \
-            or engine is None or engine.dead:
+            or partition < 0 or not offsets_direct(state) or type(topic) is not str \
+            or sender is None or sender_is_dead(sender):
         return _general_produce(self, topic, value, key, **kwargs)
     for name in kwargs:
         if name not in _produce_keywords:
             return _general_produce(self, topic, value, key, **kwargs)
-    acc = engine.acc
-    if length_or_zero(value) + length_or_zero(key) > engine.config.message_max_bytes:
+    acc = <RecordAccumulator>sender.acc  # typed in EngineState()
+    if length_or_zero(value) + length_or_zero(key) > max_message_bytes(sender):
         return _general_produce(self, topic, value, key, **kwargs)
-    lane = inst["_lanes"].get(topic)
+    lane = state.lanes.get(topic)
     if lane is None or lane[0] != _engine_lane:
         return _general_produce(self, topic, value, key, **kwargs)
-    user = kwargs.get("on_delivery") or kwargs.get("callback") or inst["_default_on_delivery"]
-    target = inst["_last_target"]
+    user = kwargs.get("on_delivery") or kwargs.get("callback") or state.default_on_delivery
+    target = state.last_target
     if target is None or (target.callback is not user and target.callback != user):
         # (== too: a bound method is a new object at every call) Records with the same target
         # share a run in their batch.
         target = _report_to(user, True)
-        inst["_last_target"] = target
-    lock = engine.lock
+        state.last_target = target
+    lock = sender.lock
     lock.acquire()
     try:
         acc._append_one(topic, partition, key, value, kwargs.get("headers"),
@@ -2087,5 +2177,5 @@ def produce(self, topic, value=None, key=None, *args, **kwargs):
     finally:
         lock.release()
     lane[1] += 1
-    if note_appended(engine, acc, 1):
-        engine.appended(0)  # the engine died meanwhile: it fails what it holds
+    if appended_c(sender, 1):
+        sender.fail_held()  # the engine died meanwhile: it fails what it holds

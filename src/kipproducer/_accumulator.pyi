@@ -1,7 +1,7 @@
 # Stub of src/_accel/accumulator.pyx, compiled into kipproducer._accumulator: it sits here, beside
 # the compiled module, because the module lives in the kipproducer package (a stub beside
 # the .pyx would not be found). tests/test_stubs.py checks the two say the same.
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -205,9 +205,40 @@ class BatchDelivery:
 def report_runs(batch: ProducerBatch, start: int, end: int, placed: bool, error: Any,
                 callback: Any) -> int: ...
 
-# Per-record produce() in C (issue 15); kipproducer.producer wires and installs it.
+# The C boundary (src/_accel/kipproducer/_accumulator.pxd): the state the per-record
+# produce() and note_appended() read as typed fields. An Engine holds an EngineState
+# (Engine.shared), a Producer a ProduceState (its _kip_state slot).
+class EngineState:
+    acc: RecordAccumulator
+    lock: Any
+    reports_cv: Any
+    message_max_bytes: int
+    wake: Callable[[], None]
+    fail_held: Callable[[], None]
+    outstanding: int
+    dead: bool
+    sender_idle: bool
+    idle_closed: int
+    idle_until_ms: int
+    def __init__(self, acc: RecordAccumulator, lock: Any, reports_cv: Any,
+                 message_max_bytes: int, wake: Callable[[], None],
+                 fail_held: Callable[[], None]) -> None: ...
+
+class ProduceState:
+    group: Any
+    engine: Any
+    sender: EngineState | None
+    txn: Any
+    kip_direct: bool
+    lanes: dict[str, list]
+    last_target: Any
+    default_on_delivery: Any
+    def use_engine(self, engine: Any, sender: EngineState | None) -> None: ...
+
+# Per-record produce() in C (issue 15); kipproducer.producer wires it and makes it
+# Producer.produce.
 def configure_produce(general: Any, librdkafka_produce: Any, report_to: Any, engine_lane: str,
-                      keywords: Collection[str]) -> None: ...
+                      keywords: Collection[str], state_slot: Any = None) -> None: ...
 def produce(self: Any, topic: Any, value: Any = None, key: Any = None, *args: Any,
             **kwargs: Any) -> Any: ...
-def note_appended(engine: Any, acc: RecordAccumulator, count: int) -> bool: ...
+def note_appended(shared: EngineState, count: int) -> bool: ...

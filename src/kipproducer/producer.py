@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import random
 import time
 import zlib
@@ -63,12 +64,13 @@ def _serves_group(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def call(self: Producer, *args: Any, **kwargs: Any) -> Any:
-        if self._group is None:
+        group = self._kip_state.group
+        if group is None:
             return method(self, *args, **kwargs)
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._group.tick()
+            group.tick()
 
     return call
 
@@ -119,8 +121,41 @@ def _fail_message(message: dict, code_name: str, text: str) -> None:
     message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
 
 
+def _state_field(name: str, *, writable: bool = True) -> property:
+    """A Producer attribute kept in its ProduceState (the ``_kip_state`` slot), where the C
+    produce() reads it as a typed field (src/_accel/kipproducer/_accumulator.pxd)."""
+    get = operator.attrgetter(f"_kip_state.{name}")  # (a C getter: no Python frame per read)
+    if not writable:
+        return property(get)
+
+    def set_field(producer: Producer, value: Any) -> None:
+        setattr(producer._kip_state, name, value)
+
+    return property(get, set_field)
+
+
+def _set_engine(producer: Producer, engine: Any) -> None:
+    producer._kip_state.use_engine(engine, None if engine is None else engine.shared)
+
+
 class Producer(confluent_kafka.Producer):
+    # The C produce() (kipproducer._accumulator.produce) finds a producer's ProduceState
+    # through this slot's descriptor, and reads these attributes there as typed fields.
+    __slots__ = ("_kip_state", "__dict__", "__weakref__")
+    _group = _state_field("group")
+    _engine = property(operator.attrgetter("_kip_state.engine"), _set_engine)
+    _txn = _state_field("txn")
+    _kip_direct = _state_field("kip_direct")
+    _lanes = _state_field("lanes", writable=False)
+    _last_target = _state_field("last_target")
+    _default_on_delivery = _state_field("default_on_delivery")
+
+    # produce() in C for its common cases (see _accumulator.produce, wired by
+    # configure_produce below); the rest is _produce_general.
+    produce = _accumulator.produce  # type: ignore[assignment]
+
     def __init__(self, config: dict[str, Any] | None = None, /, **kwargs: Any) -> None:
+        self._kip_state = _accumulator.ProduceState()
         conf = dict(config or {})
         conf.update(kwargs)
         # kip.* names and values are checked now, not at the first bulk call.
@@ -168,8 +203,8 @@ class Producer(confluent_kafka.Producer):
         self._kip_direct_native = self._kip_direct
         if self._kip_mode != "native":
             self._kip_direct = False
-        # topic -> (lane, records of that lane not yet reported), once the engine is in use
-        self._lanes: dict[str, list] = {}
+        # self._lanes (topic -> [lane, records of that lane not yet reported], once the engine
+        # is in use) starts empty in the ProduceState.
         self._last_target: _ReportTo | None = None  # produce()'s last report target
 
     # ---- the engine lane ----------------------------------------------------------------------
@@ -432,11 +467,12 @@ class Producer(confluent_kafka.Producer):
 
     @_serves_group
     def _produce_general(self, topic, value=None, key=None, *args, **kwargs):
-        """produce(), every case: the C produce() (installed as Producer.produce below)
+        """produce(), every case: the C produce() (Producer.produce, set in the class body)
         appends the common offset= / expected_offset= call itself and hands the rest here."""
-        if "offset" in kwargs or "expected_offset" in kwargs or self._txn is not None:
+        state = self._kip_state  # (its fields read directly: a property costs a call each)
+        if "offset" in kwargs or "expected_offset" in kwargs or state.txn is not None:
             return self._produce_kip(topic, value, key, args, kwargs)
-        if self._engine is None:
+        if state.engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
         # Both lanes in use: count this record until librdkafka reports it.
         if len(args) > len(_PRODUCE_POSITIONAL):
@@ -448,7 +484,7 @@ class Producer(confluent_kafka.Producer):
             kwargs[name] = arg
         args = ()
         on_delivery, callback = kwargs.pop("on_delivery", None), kwargs.pop("callback", None)
-        user = on_delivery or callback or self._default_on_delivery
+        user = on_delivery or callback or state.default_on_delivery
         self._enter_lane(topic, RDKAFKA, 1)
 
         def delivered(err, msg, _user=user, _topic=topic):
@@ -476,6 +512,7 @@ class Producer(confluent_kafka.Producer):
             unknown = sorted(set(kwargs) - _PRODUCE_KEYWORDS)
             raise TypeError(f"produce() got unexpected keyword arguments {unknown}")
         get = kwargs.get
+        state = self._kip_state  # (its fields read directly: a property costs a call each)
         offset, expected = get("offset"), get("expected_offset")
         partition = get("partition", -1)
         if partition is None:
@@ -487,10 +524,10 @@ class Producer(confluent_kafka.Producer):
                                           value, get("headers"),
                                           get("timestamp"), offset, expected,
                                           get("on_delivery") or get("callback")
-                                          or self._default_on_delivery)
-        if self._txn is not None:
-            self._txn.check_produce()
-        engine = self._engine
+                                          or state.default_on_delivery)
+        if state.txn is not None:
+            state.txn.check_produce()
+        engine = state.engine
         if engine is None or engine.dead:
             engine = self._engine_or_start()
         if partition < 0:
@@ -508,16 +545,16 @@ class Producer(confluent_kafka.Producer):
             raise KafkaException(KafkaError(
                 KafkaError.MSG_SIZE_TOO_LARGE,
                 f"{size} bytes > message.max.bytes={engine.config.message_max_bytes}"))
-        user = get("on_delivery") or get("callback") or self._default_on_delivery
-        target = self._last_target
+        user = get("on_delivery") or get("callback") or state.default_on_delivery
+        target = state.last_target
         if target is None or (target.callback is not user and target.callback != user):
             # (== too: a bound method, say obj.on_delivery, is a new object at every call)
             # Records with the same target share a run in their batch (one per callback).
-            target = self._last_target = _ReportTo(user, True)
-        lane = self._lanes.get(topic)
+            target = state.last_target = _ReportTo(user, True)
+        lane = state.lanes.get(topic)
         if lane is None or lane[0] != ENGINE:
             self._enter_lane(topic, ENGINE, 0)
-            lane = self._lanes[topic]
+            lane = state.lanes[topic]
         with engine.lock:
             engine.acc.append(topic, partition, key, value, get("headers"),
                               get("timestamp") or None, offset, target, expected)
@@ -1020,10 +1057,8 @@ class Producer(confluent_kafka.Producer):
             engine.close(timeout=0)
 
 
-# produce() in C for its common cases (see _accumulator.produce); the rest is _produce_general.
 _accumulator.configure_produce(Producer._produce_general, confluent_kafka.Producer.produce,
-                               _ReportTo, ENGINE, _PRODUCE_KEYWORDS)
-Producer.produce = _accumulator.produce  # type: ignore[assignment,method-assign]
+                               _ReportTo, ENGINE, _PRODUCE_KEYWORDS, Producer._kip_state)
 
 
 def _one_partition(key, total: int, partitioner: str) -> int:

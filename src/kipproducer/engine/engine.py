@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections import deque
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from kipproducer._accumulator import note_appended
+from kipproducer._accumulator import EngineState, note_appended
 from kipproducer._sender_lock import SenderFirstLock
 from kipproducer.accumulator import ProducerBatch, RecordAccumulator, monotonic_ms
 from kipproducer.alarm import Alarm
@@ -206,23 +207,50 @@ class DeliveryReport:
     log_append_time: int = -1
 
 
+def _shared_field(name: str, *, writable: bool = True) -> property:
+    """An Engine attribute kept in its EngineState (``Engine.shared``), where the C per-record
+    produce() path reads it as a typed field (src/_accel/kipproducer/_accumulator.pxd)."""
+    get = operator.attrgetter(f"shared.{name}")  # (a C getter: no Python frame per read)
+    if not writable:
+        return property(get)
+
+    def set_field(engine: Engine, value: Any) -> None:
+        setattr(engine.shared, name, value)
+
+    return property(get, set_field)
+
+
 class Engine:
+    # Kept in self.shared (the C boundary): the C produce() and note_appended read them there.
+    acc = _shared_field("acc", writable=False)
+    lock = _shared_field("lock", writable=False)
+    _reports_cv = _shared_field("reports_cv", writable=False)
+    _outstanding = _shared_field("outstanding")
+    dead = _shared_field("dead")
+    _sender_idle = _shared_field("sender_idle")
+    _idle_closed = _shared_field("idle_closed")
+    _idle_until_ms = _shared_field("idle_until_ms")
+
     def __init__(self, config: EngineConfig, txn: TransactionManager | None = None) -> None:
         self.config = config
         # A transactional producer's manager (engine/transactions.py): it takes the producer
         # id (init_transactions), says which partitions may be sent to (AddPartitionsToTxn)
         # and hears of every failed batch. It is handed EngineHooks once the sender runs.
         self.txn = txn
-        self.acc = RecordAccumulator(
-            batch_size=config.batch_size, batch_num_messages=config.batch_num_messages,
-            linger_ms=config.linger_ms, max_bytes=config.queue_max_kbytes * 1024,
-            max_messages=config.queue_max_messages, compression=config.compression,
-            transactional=txn is not None)
-        # guards the accumulator; the sender thread gets it ahead of the caller's (fair
-        # to the sender, see kipproducer._sender_lock)
-        self.lock = SenderFirstLock()
+        # What the caller's thread and the sender share (acc, lock, _reports_cv, dead,
+        # _outstanding, _sender_idle, _idle_*: properties over it, above).
+        self.shared = EngineState(
+            RecordAccumulator(
+                batch_size=config.batch_size, batch_num_messages=config.batch_num_messages,
+                linger_ms=config.linger_ms, max_bytes=config.queue_max_kbytes * 1024,
+                max_messages=config.queue_max_messages, compression=config.compression,
+                transactional=txn is not None),
+            # guards the accumulator; the sender thread gets it ahead of the caller's (fair
+            # to the sender, see kipproducer._sender_lock)
+            SenderFirstLock(),
+            threading.Condition(),
+            config.message_max_bytes, self.wake, self._fail_held)
         self._reports: deque[DeliveryReport] = deque()
-        self._reports_cv = threading.Condition()
         self._outstanding = 0                 # records appended, not yet reported
         self._piled_records = 0               # records in self._reports
         self._prompt_waiters = 0              # take_reports callers that want every report now
@@ -293,10 +321,13 @@ class Engine:
     def appended(self, count: int) -> None:
         """``count`` records were appended: count them and wake the sender if it needs to
         (the rule is note_appended's, in C, which per-record produce() calls directly)."""
-        if note_appended(self, self.acc, count):
-            # the sender died while these were appended: report them failed
-            self._fail_everything(self._fatal or KafkaError(
-                KafkaError._FATAL, "the kipproducer engine is closed", fatal=True))
+        if note_appended(self.shared, count):
+            self._fail_held()
+
+    def _fail_held(self) -> None:
+        """The sender died while records were appended: report them failed."""
+        self._fail_everything(self._fatal or KafkaError(
+            KafkaError._FATAL, "the kipproducer engine is closed", fatal=True))
 
     def call(self, coro, timeout: float | None = None) -> Any:
         if self.dead:
