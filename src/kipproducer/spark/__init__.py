@@ -177,7 +177,7 @@ def write_ordered(df: Any, topic: str, options: Mapping[str, str], *,
     """
     from pyspark.sql import functions as F
 
-    from .sink import _log_ends
+    from .sink import log_ends
 
     opts = lower_keys(options)
     props = kafka_properties(opts, writing=True)
@@ -188,7 +188,7 @@ def write_ordered(df: Any, topic: str, options: Mapping[str, str], *,
         raise OptionError(f"write_ordered: topic {topic!r} does not exist "
                           f"({metadata.error if metadata is not None else 'no metadata'})")
     count = len(metadata.partitions)
-    bases = dict(base_offsets) if base_offsets is not None else _log_ends(props, topic,
+    bases = dict(base_offsets) if base_offsets is not None else log_ends(props, topic,
                                                                            list(range(count)))
     columns = {c.lower(): c for c in df.columns}
     if "partition" not in columns:

@@ -305,7 +305,7 @@ def _by_partition(parts: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
             yield int(parts[chunk[0]]), chunk
 
 
-def _log_ends(props: Mapping[str, str], topic: str, partitions: list[int]) -> dict[int, int]:
+def log_ends(props: Mapping[str, str], topic: str, partitions: list[int]) -> dict[int, int]:
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -340,7 +340,7 @@ def write_offsets(wo: WriteOptions, batches: Iterator[Any]) -> Message:
                     offsets = rows.offsets[chosen]
                     key = (topic, partition)
                     if key not in ends:
-                        ends[key] = _log_ends(wo.props, topic, [partition])[partition]
+                        ends[key] = log_ends(wo.props, topic, [partition])[partition]
                         last[key] = -1
                     if (np.diff(offsets) <= 0).any() or offsets[0] <= last[key]:
                         raise ValueError(
@@ -430,7 +430,7 @@ def write_ordered_rows(wo: WriteOptions, batches: Iterator[Any]) -> Message:
                                      f"{partition} of {topic}")
                 base = wo.base_offsets[partition]
                 if partition not in index:
-                    end = _log_ends(wo.props, topic, [partition])[partition]
+                    end = log_ends(wo.props, topic, [partition])[partition]
                     index[partition] = 0
                     written[partition] = end - base
                     if end < base:
