@@ -52,6 +52,7 @@ from .message_layout import install as _install_message_fill
 from .producer_group import MemberTransactions, ProducerGroup, split_config
 from .record_fields import as_list, column_rows, header_rows, per_record_headers
 from .records import decode_batches
+from .state_fields import state_field
 from .stock import hooks as _stock
 
 __all__ = ["BatchDelivery", "GroupMetadata", "Producer"]
@@ -121,19 +122,6 @@ def _fail_message(message: dict, code_name: str, text: str) -> None:
     message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
 
 
-def _state_field(name: str, *, writable: bool = True) -> property:
-    """A Producer attribute kept in its ProduceState (the ``_kip_state`` slot), where the C
-    produce() reads it as a typed field (src/_accel/kipproducer/_accumulator.pxd)."""
-    get = operator.attrgetter(f"_kip_state.{name}")  # (a C getter: no Python frame per read)
-    if not writable:
-        return property(get)
-
-    def set_field(producer: Producer, value: Any) -> None:
-        setattr(producer._kip_state, name, value)
-
-    return property(get, set_field)
-
-
 def _set_engine(producer: Producer, engine: Any) -> None:
     producer._kip_state.use_engine(engine, None if engine is None else engine.shared)
 
@@ -142,13 +130,13 @@ class Producer(confluent_kafka.Producer):
     # The C produce() (kipproducer._accumulator.produce) finds a producer's ProduceState
     # through this slot's descriptor, and reads these attributes there as typed fields.
     __slots__ = ("_kip_state", "__dict__", "__weakref__")
-    _group = _state_field("group")
+    _group = state_field("_kip_state", "group")
     _engine = property(operator.attrgetter("_kip_state.engine"), _set_engine)
-    _txn = _state_field("txn")
-    _kip_direct = _state_field("kip_direct")
-    _lanes = _state_field("lanes", writable=False)
-    _last_target = _state_field("last_target")
-    _default_on_delivery = _state_field("default_on_delivery")
+    _txn = state_field("_kip_state", "txn")
+    _kip_direct = state_field("_kip_state", "kip_direct")
+    _lanes = state_field("_kip_state", "lanes", writable=False)
+    _last_target = state_field("_kip_state", "last_target")
+    _default_on_delivery = state_field("_kip_state", "default_on_delivery")
 
     # produce() in C for its common cases (see _accumulator.produce, wired by
     # configure_produce below); the rest is _produce_general.

@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import operator
 import threading
 import time
 from collections import deque
@@ -58,6 +57,7 @@ from kipproducer.protocol.wire_extensions import (
 )
 
 from ..protocol.api_keys import INIT_PRODUCER_ID, PRODUCE
+from ..state_fields import state_field
 from .cluster import Cluster
 from .config import EngineConfig
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
@@ -207,29 +207,16 @@ class DeliveryReport:
     log_append_time: int = -1
 
 
-def _shared_field(name: str, *, writable: bool = True) -> property:
-    """An Engine attribute kept in its EngineState (``Engine.shared``), where the C per-record
-    produce() path reads it as a typed field (src/_accel/kipproducer/_accumulator.pxd)."""
-    get = operator.attrgetter(f"shared.{name}")  # (a C getter: no Python frame per read)
-    if not writable:
-        return property(get)
-
-    def set_field(engine: Engine, value: Any) -> None:
-        setattr(engine.shared, name, value)
-
-    return property(get, set_field)
-
-
 class Engine:
     # Kept in self.shared (the C boundary): the C produce() and note_appended read them there.
-    acc = _shared_field("acc", writable=False)
-    lock = _shared_field("lock", writable=False)
-    _reports_cv = _shared_field("reports_cv", writable=False)
-    _outstanding = _shared_field("outstanding")
-    dead = _shared_field("dead")
-    _sender_idle = _shared_field("sender_idle")
-    _idle_closed = _shared_field("idle_closed")
-    _idle_until_ms = _shared_field("idle_until_ms")
+    acc = state_field("shared", "acc", writable=False)
+    lock = state_field("shared", "lock", writable=False)
+    _reports_cv = state_field("shared", "reports_cv", writable=False)
+    _outstanding = state_field("shared", "outstanding")
+    dead = state_field("shared", "dead")
+    _sender_idle = state_field("shared", "sender_idle")
+    _idle_closed = state_field("shared", "idle_closed")
+    _idle_until_ms = state_field("shared", "idle_until_ms")
 
     def __init__(self, config: EngineConfig, txn: TransactionManager | None = None) -> None:
         self.config = config
