@@ -686,6 +686,27 @@ cdef class RecordAccumulator:
 
     # ---- appending -----------------------------------------------------------------------
 
+    cdef inline bint _ends_run(self, PartitionState st, int mode, bint has_offset,
+                               int64_t offset) noexcept:
+        """Whether a record cannot continue the open batch's current run (docs/protocol.md
+        §9): another mode, an explicit offset that is not the next one, or the batch full by
+        count. (Its size is checked by the caller, with the record's exact encoding.)"""
+        return (mode != st.mode
+                or (has_offset and offset != st.base_offset + st.count)
+                or st.count + st.unit_count >= self.batch_num_messages)
+
+    cdef inline bint _packs_run(self, PartitionState st, int mode,
+                                Py_ssize_t first_body) noexcept:
+        """Whether a record that ends the current run starts a new run (a RecordBatch of its
+        own) inside the same open batch instead of closing it: explicit offsets, packing on,
+        no compression, room by count and by bytes for a batch header and the record, whose
+        body as a run's first record is ``first_body`` bytes."""
+        return (self.pack_runs and mode == MODE_USE_OFFSETS and st.mode == mode
+                and self.codec == 0
+                and st.count + st.unit_count < self.batch_num_messages
+                and st.buf.size + BATCH_HEADER_SIZE + varint_size(first_body) + first_body
+                <= self.batch_size)
+
     cdef int _close(self, PartitionState st) except -1:
         """Move the open batch to the partition's ready queue."""
         cdef ProducerBatch b
@@ -884,19 +905,11 @@ cdef class RecordAccumulator:
         # A new batch starts on a mode change, an offset gap, or when this record won't fit;
         # with pack_runs an offset gap starts a new run (RecordBatch) in the same batch.
         new_run = False
-        if st.count:
-            if (mode != st.mode
-                    or (has_offset and offset != st.base_offset + st.count)
-                    or st.count + st.unit_count >= self.batch_num_messages):
-                body = record_body_size(0, 0, key, value, hsize)
-                if (self.pack_runs and mode == MODE_USE_OFFSETS and st.mode == mode
-                        and self.codec == 0
-                        and st.count + st.unit_count < self.batch_num_messages
-                        and st.buf.size + BATCH_HEADER_SIZE + varint_size(body) + body
-                        <= self.batch_size):
-                    new_run = True
-                else:
-                    self._close(st)
+        if st.count and self._ends_run(st, mode, has_offset, offset):
+            if self._packs_run(st, mode, record_body_size(0, 0, key, value, hsize)):
+                new_run = True
+            else:
+                self._close(st)
         ts_delta = timestamp - st.base_ts if (st.count and not new_run) else 0
         body = record_body_size(ts_delta, 0 if new_run else st.count, key, value, hsize)
         wire = varint_size(body) + body
@@ -1243,19 +1256,11 @@ cdef class RecordAccumulator:
             raise OffsetOrderError(
                 f"{st.topic}[{st.partition}]: offset {offset} does not follow offset "
                 f"{st.last_offset}; explicit offsets must strictly increase per partition")
-        if st.count:
-            if (mode != st.mode
-                    or (has_offset and offset != st.base_offset + st.count)
-                    or st.count + st.unit_count >= self.batch_num_messages):
-                body = 1 + 1 + 1 + tail_size
-                if (self.pack_runs and mode == MODE_USE_OFFSETS and st.mode == mode
-                        and self.codec == 0
-                        and st.count + st.unit_count < self.batch_num_messages
-                        and st.buf.size + BATCH_HEADER_SIZE + varint_size(body) + body
-                        <= self.batch_size):
-                    new_run = True
-                else:
-                    self._close(st)
+        if st.count and self._ends_run(st, mode, has_offset, offset):
+            if self._packs_run(st, mode, 1 + 1 + 1 + tail_size):
+                new_run = True
+            else:
+                self._close(st)
         ts_delta = timestamp - st.base_ts if (st.count and not new_run) else 0
         body = (1 + varint_size(ts_delta) + varint_size(0 if new_run else st.count)
                 + tail_size)
