@@ -171,10 +171,8 @@ class Emulation:
         if held and self._configured_id is None:
             self._drain(key, final=True)  # (reported there: the id is missing)
             return
-        try:
-            end = self._log_end(key)
-        except KafkaException as exc:
-            self._fail(self._take(key, self._count(key)), exc.args[0])
+        end = self._log_end_or_fail(key)
+        if end is None:
             return
         offsets = self._held_offsets(key)
         last_end = int(offsets[-1]) + 1 if len(offsets) else end
@@ -270,6 +268,15 @@ class Emulation:
 
     # ---- offsets (KIP-391) ----------------------------------------------------------------
 
+    def _log_end_or_fail(self, key: tuple[str, int]) -> int | None:
+        """The partition's log end, or None when it cannot be read: then every record held
+        for the partition fails with the reason."""
+        try:
+            return self._log_end(key)
+        except KafkaException as exc:
+            self._fail(self._take(key, self._count(key)), exc.args[0])
+            return None
+
     def _log_end(self, key: tuple[str, int]) -> int:
         end = self._ends.get(key)
         if end is None:
@@ -299,10 +306,8 @@ class Emulation:
         held = self._held.get(key)
         if not held:
             return
-        try:
-            end = self._log_end(key)
-        except KafkaException as exc:
-            self._fail(self._take(key, self._count(key)), exc.args[0])
+        end = self._log_end_or_fail(key)
+        if end is None:
             return
         offsets = self._held_offsets(key)
         if offsets[0] < end:
