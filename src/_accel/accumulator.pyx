@@ -1970,7 +1970,6 @@ def report_runs(ProducerBatch batch not None, Py_ssize_t start, Py_ssize_t end, 
 
 cdef object _general_produce = None   # Producer._produce_general
 cdef object _librdkafka_produce = None  # confluent_kafka.Producer.produce
-cdef object _report_to = None         # producer._ReportTo
 cdef object _engine_lane = None       # producer.ENGINE
 cdef frozenset _produce_keywords = frozenset()
 # The Producer's `_kip_state` slot (a member descriptor): produce() gets each producer's
@@ -2009,12 +2008,11 @@ cdef extern from *:
     object kip_descriptor_get(object descriptor, object obj)
 
 
-def configure_produce(general, librdkafka_produce, report_to, engine_lane, keywords,
-                      state_slot=None):
+def configure_produce(general, librdkafka_produce, engine_lane, keywords, state_slot=None):
     """Wire the C produce() to the Python layer (kipproducer.producer does this once).
     ``state_slot``: the member descriptor of the Producer's ``__slots__`` entry that holds
     its ProduceState (None keeps the one given before)."""
-    global _general_produce, _librdkafka_produce, _report_to, _engine_lane, _produce_keywords
+    global _general_produce, _librdkafka_produce, _engine_lane, _produce_keywords
     global _librdkafka_produce_c, _librdkafka_class, _state_slot
     cdef PyMethodDef *method
     if state_slot is not None:
@@ -2027,7 +2025,6 @@ def configure_produce(general, librdkafka_produce, report_to, engine_lane, keywo
         raise TypeError("configure_produce() needs state_slot the first time")
     _general_produce = general
     _librdkafka_produce = librdkafka_produce
-    _report_to = report_to
     _engine_lane = engine_lane
     _produce_keywords = frozenset(keywords)
     _librdkafka_produce_c = NULL
@@ -2061,6 +2058,13 @@ cdef class EngineState:
         self.sender_idle = True
         self.idle_closed = -1
         self.idle_until_ms = 0
+
+
+cdef class ReportTarget:
+    # (fields: kipproducer/_accumulator.pxd)
+    def __init__(self, callback, bint per_record):
+        self.callback = callback
+        self.per_record = per_record
 
 
 cdef class ProduceState:
@@ -2172,7 +2176,7 @@ def produce(self, topic, value=None, key=None, *args, **kwargs):
     if target is None or (target.callback is not user and target.callback != user):
         # (== too: a bound method is a new object at every call) Records with the same target
         # share a run in their batch.
-        target = _report_to(user, True)
+        target = ReportTarget(user, True)
         state.last_target = target
     lock = sender.lock
     lock.acquire()

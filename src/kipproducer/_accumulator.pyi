@@ -224,6 +224,11 @@ class EngineState:
                  message_max_bytes: int, wake: Callable[[], None],
                  fail_held: Callable[[], None]) -> None: ...
 
+class ReportTarget:
+    callback: Any
+    per_record: bool
+    def __init__(self, callback: Any, per_record: bool) -> None: ...
+
 class ProduceState:
     group: Any
     engine: Any
@@ -231,13 +236,13 @@ class ProduceState:
     txn: Any
     kip_direct: bool
     lanes: dict[str, list]
-    last_target: Any
+    last_target: ReportTarget | None
     default_on_delivery: Any
     def use_engine(self, engine: Any, sender: EngineState | None) -> None: ...
 
 # Per-record produce() in C (issue 15); kipproducer.producer wires it and makes it
 # Producer.produce.
-def configure_produce(general: Any, librdkafka_produce: Any, report_to: Any, engine_lane: str,
+def configure_produce(general: Any, librdkafka_produce: Any, engine_lane: str,
                       keywords: Collection[str], state_slot: Any = None) -> None: ...
 def produce(self: Any, topic: Any, value: Any = None, key: Any = None, *args: Any,
             **kwargs: Any) -> Any: ...

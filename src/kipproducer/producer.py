@@ -42,7 +42,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from . import _accumulator, client_config
-from ._accumulator import BatchDelivery, report_runs
+from ._accumulator import BatchDelivery, ReportTarget, report_runs
 from .clients import with_logger
 from .engine.config import ConfigError, EngineConfig
 from .engine.group_metadata import GroupMetadata
@@ -103,18 +103,8 @@ def _unreachable(engine) -> str | None:
             f"{cluster.last_connect_error})")
 
 
-class _ReportTo:
-    """Opaque attached to a run of records: who to tell, and how."""
-
-    __slots__ = ("callback", "per_record")
-
-    def __init__(self, callback: Callable | None, per_record: bool) -> None:
-        self.callback = callback
-        self.per_record = per_record
-
-
-def _per_record_target(callback: Callable) -> _ReportTo:
-    return _ReportTo(callback, True)
+def _per_record_target(callback: Callable) -> ReportTarget:
+    return ReportTarget(callback, True)
 
 
 def _fail_message(message: dict, code_name: str, text: str) -> None:
@@ -193,7 +183,7 @@ class Producer(confluent_kafka.Producer):
             self._kip_direct = False
         # self._lanes (topic -> [lane, records of that lane not yet reported], once the engine
         # is in use) starts empty in the ProduceState.
-        self._last_target: _ReportTo | None = None  # produce()'s last report target
+        self._last_target: ReportTarget | None = None  # produce()'s last report target
 
     # ---- the engine lane ----------------------------------------------------------------------
 
@@ -292,7 +282,7 @@ class Producer(confluent_kafka.Producer):
             chosen = self._partitions_for(topic, message_keys(messages), len(messages), -1)
             if not isinstance(chosen, int):
                 chosen = chosen.astype("int32", copy=False)
-        default_target = _ReportTo(on_delivery or self._default_on_delivery, True)
+        default_target = ReportTarget(on_delivery or self._default_on_delivery, True)
         queued = 0
         self._enter_lane(topic, ENGINE, 0)
         lane = self._lanes[topic]
@@ -356,7 +346,7 @@ class Producer(confluent_kafka.Producer):
         parts = self._partitions_for(topic, keys, n, partition)
         if per_record is None:
             per_record = self._per_record_reports
-        target = _ReportTo(on_delivery or self._default_on_delivery, per_record)
+        target = ReportTarget(on_delivery or self._default_on_delivery, per_record)
         self._enter_lane(topic, ENGINE, 0)
         done = 0
         stalled_since = None
@@ -415,7 +405,7 @@ class Producer(confluent_kafka.Producer):
         reports = self.__dict__.setdefault("_forward_reports", {})
         target = reports.get(on_delivery)
         if target is None:
-            target = reports[on_delivery] = _ReportTo(on_delivery or self._default_on_delivery,
+            target = reports[on_delivery] = ReportTarget(on_delivery or self._default_on_delivery,
                                                       False)
         self._enter_lane(topic, ENGINE, 0)
         batch_pos = index = pos = total = 0
@@ -538,7 +528,7 @@ class Producer(confluent_kafka.Producer):
         if target is None or (target.callback is not user and target.callback != user):
             # (== too: a bound method, say obj.on_delivery, is a new object at every call)
             # Records with the same target share a run in their batch (one per callback).
-            target = state.last_target = _ReportTo(user, True)
+            target = state.last_target = ReportTarget(user, True)
         lane = state.lanes.get(topic)
         if lane is None or lane[0] != ENGINE:
             self._enter_lane(topic, ENGINE, 0)
@@ -1046,7 +1036,7 @@ class Producer(confluent_kafka.Producer):
 
 
 _accumulator.configure_produce(Producer._produce_general, confluent_kafka.Producer.produce,
-                               _ReportTo, ENGINE, _PRODUCE_KEYWORDS, Producer._kip_state)
+                               ENGINE, _PRODUCE_KEYWORDS, Producer._kip_state)
 
 
 def _one_partition(key, total: int, partitioner: str) -> int:

@@ -119,12 +119,17 @@ def test_the_c_fast_path_reads_only_declared_fields():
     engine_fields = _declared_fields("EngineState")
     assert {"lanes", "kip_direct", "last_target", "sender"} <= produce_fields
     assert {"outstanding", "dead", "sender_idle", "idle_until_ms"} <= engine_fields
+    # the report target a run carries: a typed field of ProduceState, typed fields of its own
+    target_fields = _declared_fields("ReportTarget")
+    assert target_fields == {"callback", "per_record"}
+    assert re.search(r"cdef public ReportTarget last_target", PXD.read_text(encoding="utf-8"))
     for function in ("produce", "appended_c", "sender_is_dead", "max_message_bytes",
                      "add_outstanding", "sender_needs_waking", "offsets_direct"):
         source = _function_source(function)
         assert "__dict__" not in source and "engine." not in source, function
-        for variable, name in re.findall(r"\b(state|sender|shared)\.(\w+)", source):
-            fields = produce_fields if variable == "state" else engine_fields
+        for variable, name in re.findall(r"\b(state|sender|shared|target)\.(\w+)", source):
+            fields = {"state": produce_fields, "target": target_fields}.get(variable,
+                                                                          engine_fields)
             assert name in fields, f"{function} reads {variable}.{name}, not declared"
     # and the Python side's properties name declared fields
     producer = Producer({"bootstrap.servers": "127.0.0.1:9"})

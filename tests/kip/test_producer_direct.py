@@ -32,13 +32,13 @@ def general_calls():
         calls.append(tuple(sorted(kwargs)))
         return general(self, *args, **kwargs)
 
-    _accumulator.configure_produce(spy, confluent_kafka.Producer.produce, kp._ReportTo,
-                                   kp.ENGINE, kp._PRODUCE_KEYWORDS)
+    _accumulator.configure_produce(spy, confluent_kafka.Producer.produce, kp.ENGINE,
+                                   kp._PRODUCE_KEYWORDS)
     try:
         yield calls
     finally:
-        _accumulator.configure_produce(general, confluent_kafka.Producer.produce,
-                                       kp._ReportTo, kp.ENGINE, kp._PRODUCE_KEYWORDS)
+        _accumulator.configure_produce(general, confluent_kafka.Producer.produce, kp.ENGINE,
+                                       kp._PRODUCE_KEYWORDS)
 
 
 def _record(i: int) -> dict:

@@ -1,7 +1,7 @@
 # The C boundary of kipproducer._accumulator (src/_accel/accumulator.pyx; Cython finds a
 # module's own .pxd by its full name, hence this kipproducer/ folder): the state that the
 # per-record produce() fast path and note_appended() read and write, as typed fields of two
-# cdef classes. The Python layer holds one instance of each (kipproducer.producer.Producer its
+# cdef classes (and the report target a run of records carries, ReportTarget). The Python layer holds one instance of each (kipproducer.producer.Producer its
 # ProduceState in the `_kip_state` slot, kipproducer.engine.engine.Engine its EngineState as
 # `shared`) and keeps its old attribute names as properties over these fields; the C code
 # reads them as struct fields, never by name.
@@ -36,6 +36,12 @@ cdef class EngineState:
     cdef public int64_t idle_until_ms       # when its alarm rings (monotonic ms)
 
 
+cdef class ReportTarget:
+    """What a run of records carries to its delivery report: who to tell, and how."""
+    cdef public object callback             # the on_delivery callable, or None
+    cdef public bint per_record             # a report per record (produce()), or per batch
+
+
 cdef class ProduceState:
     """What a Producer's produce() needs to decide, per call, whether C appends the record."""
     cdef public object group                # its ProducerGroup, or None
@@ -48,5 +54,5 @@ cdef class ProduceState:
     cdef public bint kip_direct
     # topic -> [lane, records of that lane not yet reported]
     cdef readonly dict lanes
-    cdef public object last_target          # produce()'s last report target (_ReportTo)
+    cdef public ReportTarget last_target    # produce()'s last report target, or None
     cdef public object default_on_delivery  # the config's on_delivery / delivery.report.cb
