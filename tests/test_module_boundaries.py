@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -101,20 +102,40 @@ def _same_module_objects(path: Path, reads: set[str]) -> set[str]:
     return {r for r in reads if r.rsplit(".", 1)[1] in defined}
 
 
-def test_no_module_reads_another_modules_private_attributes():
+def _check_shrink_only(found: Callable[[Path], set[str]], left: dict[str, set[str]],
+                       table: str, what: str) -> None:
+    """Every module's findings are listed in ``left`` (the remaining work), and every listed
+    one is still found (so the table only shrinks)."""
     unexpected = {}
     still_listed = {}
     for path in _module_files():
         rel = path.relative_to(PACKAGE).as_posix()
-        reads = _private_reads(path)
-        reads -= _same_module_objects(path, reads)
-        allowed = PRIVATE_READS_LEFT.get(rel, set())
-        if reads - allowed:
-            unexpected[rel] = sorted(reads - allowed)
-        if allowed - reads:
-            still_listed[rel] = sorted(allowed - reads)
-    assert not unexpected, f"private attributes read across modules: {unexpected}"
-    assert not still_listed, f"PRIVATE_READS_LEFT lists reads that are gone: {still_listed}"
+        got = found(path)
+        allowed = left.get(rel, set())
+        if got - allowed:
+            unexpected[rel] = sorted(got - allowed)
+        if allowed - got:
+            still_listed[rel] = sorted(allowed - got)
+    assert not unexpected, f"{what} across modules: {unexpected}"
+    assert not still_listed, f"{table} lists entries that are gone: {still_listed}"
+
+
+def test_no_module_reads_another_modules_private_attributes():
+    def reads(path: Path) -> set[str]:
+        found = _private_reads(path)
+        return found - _same_module_objects(path, found)
+
+    _check_shrink_only(reads, PRIVATE_READS_LEFT, "PRIVATE_READS_LEFT",
+                       "private attributes read")
+
+
+def _from_module(node: ast.ImportFrom, package: tuple[str, ...]) -> list[str]:
+    """The dotted parts of the module a ``from ... import`` names (relative ones resolved
+    against ``package``)."""
+    module = node.module.split(".") if node.module else []
+    if node.level:
+        return list(package[:len(package) - node.level + 1]) + module
+    return module
 
 
 def _imports(path: Path, package: tuple[str, ...] | None = None) -> set[str]:
@@ -124,12 +145,8 @@ def _imports(path: Path, package: tuple[str, ...] | None = None) -> set[str]:
     package = package or path.relative_to(SRC).parent.parts
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = list(package[:len(package) - node.level + 1])
-            module = base + (node.module.split(".") if node.module else [])
-            candidates = [module] + [module + [a.name] for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            module = node.module.split(".")
+        if isinstance(node, ast.ImportFrom):
+            module = _from_module(node, package)
             candidates = [module] + [module + [a.name] for a in node.names]
         elif isinstance(node, ast.Import):
             candidates = [a.name.split(".") for a in node.names]
@@ -170,11 +187,7 @@ def _private_imports(path: Path, package: tuple[str, ...] | None = None) -> set[
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                module = list(package[:len(package) - node.level + 1])
-                module += node.module.split(".") if node.module else []
-            else:
-                module = (node.module or "").split(".")
+            module = _from_module(node, package)
             if module[:1] != ["kipproducer"]:
                 continue
             for alias in node.names:
@@ -188,18 +201,8 @@ def _private_imports(path: Path, package: tuple[str, ...] | None = None) -> set[
 
 
 def test_no_module_imports_another_modules_private_names():
-    unexpected = {}
-    still_listed = {}
-    for path in _module_files():
-        rel = path.relative_to(PACKAGE).as_posix()
-        imports = _private_imports(path)
-        allowed = PRIVATE_IMPORTS_LEFT.get(rel, set())
-        if imports - allowed:
-            unexpected[rel] = sorted(imports - allowed)
-        if allowed - imports:
-            still_listed[rel] = sorted(allowed - imports)
-    assert not unexpected, f"private names imported across modules: {unexpected}"
-    assert not still_listed, f"PRIVATE_IMPORTS_LEFT lists imports that are gone: {still_listed}"
+    _check_shrink_only(_private_imports, PRIVATE_IMPORTS_LEFT, "PRIVATE_IMPORTS_LEFT",
+                       "private names imported")
 
 
 def test_the_checks_see_what_they_look_for(tmp_path):
