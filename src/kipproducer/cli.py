@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from . import configs_cli, groups_cli, mirror_cli, security_cli, transactions_cli
+from .demo import TARGET_MODES
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default 200000; at least 1000)")
     demo.add_argument("--no-spark", action="store_true",
                       help="skip the Spark step (run when pyspark and a Java are installed)")
-    demo.add_argument("--target-mode", choices=["native", "emulated"], default="native",
+    demo.add_argument("--target-mode", choices=list(TARGET_MODES), default="native",
                       help="native (default): the target is a kip broker with the KIP-WIRE "
                            "extension; emulated: the target has it switched off, as a stock "
                            "Kafka, and the copy keeps the offsets with Kafka's transactions "
