@@ -198,3 +198,31 @@ def test_may_send_outside_and_inside_a_transaction() -> None:
     txn.batch_failed(1, True, KafkaError(ec.INVALID_RECORD, "bad"))
     engine.calls.clear()
     assert not part.may_send() and engine.calls == ["call_soon"]
+
+
+def test_a_failed_conditional_batch_breaks_its_calls_chain_and_nothing_else() -> None:
+    acc = accumulator()
+    part = PartitionSendState(TOPIC, 0, acc)
+    call, other_call = object(), object()
+    for offset in (10, 11, 12):
+        acc.append(TOPIC, 0, None, b"v", opaque=call, expected_offset=offset)
+    acc.append(TOPIC, 0, None, b"w", opaque=other_call, expected_offset=13)
+    batches = acc.drain(int(time.monotonic() * 1000), flush=True)
+    assert [b.base_offset for b in batches] == [10, 11, 12, 13]
+    for batch in batches:
+        part.queue(batch)
+    part.send(batches[0], CONN)
+    mismatch = KafkaError(ec.INVALID_RECORD, "the log end is 9, not 10")
+    # The first batch failed: the call's two later batches continue it and are taken off
+    # the queue; the other call's batch stays.
+    assert part.conditional_settled(batches[0], mismatch) == batches[1:3]
+    assert list(part.pending) == [batches[3]]
+    assert part.broken_chain == (call, 13, mismatch)
+    # A later batch of the same call, drained after, continues the chain: not to be sent.
+    acc.append(TOPIC, 0, None, b"v", opaque=call, expected_offset=13)
+    late = acc.drain(int(time.monotonic() * 1000), flush=True)
+    assert part.continues_broken_chain(late[0])
+    assert not part.continues_broken_chain(batches[3])
+    # A delivered conditional batch: the chain holds again.
+    assert part.conditional_settled(batches[3], None) == []
+    assert part.broken_chain is None and not part.continues_broken_chain(late[0])

@@ -138,17 +138,6 @@ def _records_by_partition(batches: list[ProducerBatch]):
         yield topic, partition, datas[0] if len(datas) == 1 else b"".join(datas)
 
 
-def first_opaque(batch: ProducerBatch) -> Any:
-    runs = batch.opaque_runs
-    return runs[0][1] if runs else None
-
-
-def continues(batch: ProducerBatch, chain: BrokenChain) -> bool:
-    """Whether ``batch`` is the next part of the conditional call whose batch failed."""
-    return (batch.produce_mode == ProduceMode.EXPECTED_OFFSETS
-            and batch.base_offset == chain[1] and first_opaque(batch) is chain[0])
-
-
 def continuation_error(chain: BrokenChain) -> KafkaError:
     cause = chain[2]
     return kafka_error(cause.code(), f"not sent: the conditional batch before it in the same "
@@ -436,7 +425,7 @@ class Engine:
             # Drain first: a finished batch has its bytes, so per-record reports can name
             # every purged record (an unfinished batch has no bytes to decode).
             for batch in self.acc.drain(int(time.monotonic() * 1000), flush=True):
-                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+                self._sender_for(batch.topic, batch.partition).queue(batch)
             never_drained = self.acc.purge()  # already released from the bounds
         drained = []
         for sender in self._partitions.values():
@@ -490,7 +479,7 @@ class Engine:
         Returns how many records were dropped."""
         with self.lock:
             for batch in self.acc.drain(int(time.monotonic() * 1000), flush=True):
-                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+                self._sender_for(batch.topic, batch.partition).queue(batch)
             never_drained = self.acc.purge()
             dropped = []
             for sender in self._partitions.values():
@@ -556,7 +545,7 @@ class Engine:
         with self.lock:
             # Drained batches have bytes, for the per-record reports (as in _purge).
             for batch in self.acc.drain(int(time.monotonic() * 1000), flush=True):
-                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+                self._sender_for(batch.topic, batch.partition).queue(batch)
             never_drained = self.acc.purge()
         for batch in never_drained:
             self._report(batch, error, -1, release=False)
@@ -580,7 +569,7 @@ class Engine:
                 self._give_back_bounds()
                 batches = self.acc.drain(now_ms, flush=bool(self._flushing) or self._closing)
             for batch in batches:
-                self._sender_for(batch.topic, batch.partition).pending.append(batch)
+                self._sender_for(batch.topic, batch.partition).queue(batch)
             if self._metadata_due():
                 await self._refresh_metadata(set())
             await self._dispatch()
@@ -808,7 +797,7 @@ class Engine:
         conditional batch of the same call. True when the batch was taken off the queue."""
         mode = batch.produce_mode
         error = None
-        if sender.broken_chain is not None and continues(batch, sender.broken_chain):
+        if sender.continues_broken_chain(batch):
             error = continuation_error(sender.broken_chain)
         else:
             feature = MODE_FEATURE[mode]
@@ -1109,18 +1098,10 @@ class Engine:
         if batch.produce_mode != ProduceMode.EXPECTED_OFFSETS:
             return
         sender = self._sender_for(batch.topic, batch.partition)
-        if error is None:
-            sender.broken_chain = None
-            return
-        chain = (first_opaque(batch), batch.base_offset + batch.record_count, error)
         # Continuations already drained fail now (with idempotence one new producer id then
         # covers them all); later ones when they are drained (_refuse_locally).
-        for waiting in list(sender.pending):
-            if continues(waiting, chain):
-                sender.pending.remove(waiting)
-                self._complete(waiting, continuation_error(chain), -1)
-                chain = (chain[0], waiting.base_offset + waiting.record_count, chain[2])
-        sender.broken_chain = chain
+        for waiting in sender.conditional_settled(batch, error):
+            self._complete(waiting, continuation_error(sender.broken_chain), -1)
 
     def _report_delivered(self, reports: list[DeliveryReport]) -> None:
         """What _report does for batches written without error, for a request's worth."""

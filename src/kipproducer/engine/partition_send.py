@@ -25,6 +25,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kipproducer.protocol.wire_extensions import ProduceMode
+
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError
 
@@ -33,6 +35,19 @@ if TYPE_CHECKING:
 
 # A failed conditional call: (its opaque, the offset after the failed batch, the error).
 BrokenChain = tuple[Any, int, "KafkaError"]
+
+
+def first_opaque(batch: ProducerBatch) -> Any:
+    """The opaque of the call the batch's first records came from (a conditional call's
+    batches share it)."""
+    runs = batch.opaque_runs
+    return runs[0][1] if runs else None
+
+
+def continues(batch: ProducerBatch, chain: BrokenChain) -> bool:
+    """Whether ``batch`` is the next part of the conditional call whose batch failed."""
+    return (batch.produce_mode == ProduceMode.EXPECTED_OFFSETS
+            and batch.base_offset == chain[1] and first_opaque(batch) is chain[0])
 
 
 class TransactionGate(Protocol):
@@ -109,6 +124,10 @@ class PartitionSendState:
 
     # ---- batches -----------------------------------------------------------------------------
 
+    def queue(self, batch: ProducerBatch) -> None:
+        """A batch drained from the accumulator waits its turn, behind the others."""
+        self.pending.append(batch)
+
     @property
     def waiting(self) -> bool:
         """Batches not sent yet or to be sent again."""
@@ -169,6 +188,32 @@ class PartitionSendState:
         if self.sequence_broken:
             return False
         return bool(self.failed or (self.pending and self.pending[0].attempts > 0))
+
+    # ---- the KIP-27 chain -----------------------------------------------------------------
+
+    def continues_broken_chain(self, batch: ProducerBatch) -> bool:
+        """Whether ``batch`` continues a conditional call whose earlier batch failed for good:
+        it expected to follow records that are not in the log, so it must not be sent."""
+        chain = self.broken_chain
+        return chain is not None and continues(batch, chain)
+
+    def conditional_settled(self, batch: ProducerBatch,
+                            error: KafkaError | None) -> list[ProducerBatch]:
+        """A conditional batch has its verdict. Delivered: the chain holds. Failed: the chain
+        breaks after it, and the continuations already drained are taken off the queue and
+        returned, to fail now (later ones fail when drained: continues_broken_chain)."""
+        if error is None:
+            self.broken_chain = None
+            return []
+        chain: BrokenChain = (first_opaque(batch), batch.base_offset + batch.record_count, error)
+        taken = []
+        for waiting in list(self.pending):
+            if continues(waiting, chain):
+                self.pending.remove(waiting)
+                taken.append(waiting)
+                chain = (chain[0], waiting.base_offset + waiting.record_count, chain[2])
+        self.broken_chain = chain
+        return taken
 
     # ---- the sequence ------------------------------------------------------------------------
 
