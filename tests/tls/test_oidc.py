@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import threading
 import time
 import uuid
@@ -221,6 +222,32 @@ def test_unusable_answers_name_the_endpoint_and_the_cause(endpoint, answer, expe
         fetch_token(settings)
     assert endpoint.url in str(caught.value) and "sasl.oauthbearer.token.endpoint.url" in str(
         caught.value)
+
+
+def test_an_https_endpoint_is_checked_against_https_ca_location(certs):
+    """https:// endpoints: the CA of https.ca.location (or https.ca.pem) must sign the
+    endpoint's certificate; another CA is refused, naming the endpoint."""
+    served = TokenEndpoint()
+    thread = serve(served)
+    assert served.server is not None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs.server)
+    served.server.socket = context.wrap_socket(served.server.socket, server_side=True)
+    url = served.url.replace("http://", "https://")
+    try:
+        token = fetch_token(OidcSettings(url, "app-1", "secret-1",
+                                         https_ca_location=str(certs.ca)))
+        assert token.principal == "svc-writer"
+        token = fetch_token(OidcSettings(url, "app-1", "secret-1",
+                                         https_ca_pem=certs.ca.read_text()))
+        assert token.principal == "svc-writer"
+        with pytest.raises(OidcError, match="cannot be reached: .*certificate verify failed"):
+            fetch_token(OidcSettings(url, "app-1", "secret-1",
+                                     https_ca_location=str(certs.other_ca)))
+    finally:
+        served.server.shutdown()
+        served.server.server_close()
+        thread.join(10)
 
 
 def test_a_token_without_the_principal_claim(endpoint):
