@@ -267,19 +267,49 @@ PROPERTIES: tuple[Property, ...] = (
     _p("enable.sasl.oauthbearer.unsecure.jwt", ENGINE, parse_bool, False,
        "`true`: OAUTHBEARER tokens made from `sasl.oauthbearer.config` (tests only)"),
     _p("sasl.oauthbearer.method", ENGINE, str, "default",
-       "`oidc` is librdkafka's own token client (`ConfigError` for the engine)"),
+       "`oidc`: tokens from an OAuth 2.0 token endpoint (the client-credentials grant, as "
+       "librdkafka's OIDC client), used until 80% of their `exp`; an `oauth_cb` wins over it",
+       choices=("default", "oidc")),
+    _p("sasl.oauthbearer.token.endpoint.url", ENGINE, str, "",
+       "oidc: the token endpoint (`http://` or `https://`); the engine POSTs "
+       "`grant_type=client_credentials` (and `scope`) with HTTP basic authentication and "
+       "takes the answer's `access_token`; an error names the endpoint and fails the records"),
+    _p("sasl.oauthbearer.client.id", ENGINE, str, "", "oidc: the client id (basic auth user)",
+       aliases=("sasl.oauthbearer.client.credentials.client.id",)),
+    _p("sasl.oauthbearer.client.secret", ENGINE, str, "",
+       "oidc: the client secret (basic auth password)",
+       aliases=("sasl.oauthbearer.client.credentials.client.secret",)),
+    _p("sasl.oauthbearer.scope", ENGINE, str, "", "oidc: the scope asked for (none: not sent)"),
+    _p("sasl.oauthbearer.extensions", ENGINE, str, "",
+       "oidc: SASL extensions sent with the token, `key=value,key=value`"),
+    _p("sasl.oauthbearer.sub.claim.name", ENGINE, str, "sub",
+       "oidc: the JWT claim that must name the principal (non-empty)"),
+    _p("sasl.oauthbearer.grant.type", ENGINE, str, "client_credentials",
+       "oidc: only `client_credentials` in the engine (the jwt-bearer grant raises "
+       "`ConfigError`: fetch such tokens in an `oauth_cb`)",
+       choices=("client_credentials", "urn:ietf:params:oauth:grant-type:jwt-bearer")),
+    _p("https.ca.location", ENGINE, str, "",
+       "oidc: CA file or directory an `https://` token endpoint is checked against",
+       shown_default="(the system's CA store)"),
+    _p("https.ca.pem", ENGINE, str, "", "oidc: the token endpoint's CA certificates as PEM "
+       "text"),
     _p("ssl.ca.location", ENGINE, str, "",
        "CA file or directory the broker's certificate is checked against",
        shown_default="(the system's CA store)"),
     _p("ssl.ca.pem", ENGINE, str, "", "CA certificates as PEM text (with or instead of "
        "`ssl.ca.location`)"),
     _p("ssl.certificate.location", ENGINE, str, "",
-       "the client certificate for mTLS (PEM file); `ssl.keystore.location` (PKCS#12) is "
-       "refused with `ConfigError`"),
+       "the client certificate for mTLS (PEM file)"),
     _p("ssl.certificate.pem", ENGINE, str, "", "the client certificate as PEM text"),
     _p("ssl.key.location", ENGINE, str, "", "the client certificate's key (PEM file)"),
     _p("ssl.key.pem", ENGINE, str, "", "the client certificate's key as PEM text"),
     _p("ssl.key.password", ENGINE, str, None, "opens an encrypted key"),
+    _p("ssl.keystore.location", ENGINE, str, "",
+       "the client certificate, its chain and key in one PKCS#12 file, instead of "
+       "`ssl.certificate.*` + `ssl.key.*`; Java's JKS is refused (convert it: `keytool "
+       "-importkeystore ... -deststoretype PKCS12`)"),
+    _p("ssl.keystore.password", ENGINE, str, None,
+       "opens `ssl.keystore.location`; required with it"),
     _p("ssl.endpoint.identification.algorithm", ENGINE, str, "https",
        "`https`: the broker's certificate must name the host in the address; `none`: not "
        "checked", choices=("https", "none")),

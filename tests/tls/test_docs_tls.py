@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import types
@@ -59,10 +61,31 @@ def test_security_md_kip_broker_command(tmp_path, monkeypatch):
         assert proc.wait(30) == 0
 
 
+STORE_PASSWORD = "store-secret"  # what the docs' "<store password>" becomes here
+
+
+def managed_section() -> str:
+    text = (DOCS / "producer.md").read_text()
+    start = text.index("## Connecting to managed Kafka")
+    return text[start:text.index("\n## ", start)]
+
+
+def documented(code: str) -> str:
+    """A block with the parts the page says to replace filled in."""
+    return code.replace("<store password>", STORE_PASSWORD).replace("<port>", "9093")
+
+
+def run_openssl_block(directory: Path) -> None:
+    """The page's openssl command, run in ``directory`` (service.key and service.cert)."""
+    shell = re.findall(r"```sh\n(.*?)```", managed_section(), re.S)
+    assert len(shell) == 1
+    subprocess.run(shlex.split(documented(shell[0])), cwd=directory, check=True, timeout=60,
+                   capture_output=True)
+
+
 @pytest.fixture
 def managed_blocks() -> list[str]:
-    found = blocks("producer.md", "python", "## Connecting to managed Kafka")
-    return found[:5]
+    return re.findall(r"```python\n(.*?)```", managed_section(), re.S)
 
 
 def test_producer_md_managed_kafka_settings(tmp_path, monkeypatch, managed_blocks):
@@ -75,6 +98,7 @@ def test_producer_md_managed_kafka_settings(tmp_path, monkeypatch, managed_block
     leaf = ca.issue_cert("client.example.com")
     leaf.cert_chain_pems[0].write_to_path("service.cert")
     leaf.private_key_pem.write_to_path("service.key")
+    run_openssl_block(tmp_path)
     signer = types.ModuleType("aws_msk_iam_sasl_signer")
 
     class MSKAuthTokenProvider:
@@ -86,13 +110,51 @@ def test_producer_md_managed_kafka_settings(tmp_path, monkeypatch, managed_block
 
     signer.MSKAuthTokenProvider = MSKAuthTokenProvider  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "aws_msk_iam_sasl_signer", signer)
-    assert len(managed_blocks) == 5
+    assert len(managed_blocks) == 7
+    seen = set()
     for code in managed_blocks:
         scope: dict = {}
-        # "Replace the <...> parts": the port is the one placeholder the engine parses.
-        exec(compile(code.replace("<port>", "9093"), "docs/producer.md", "exec"), scope)
+        exec(compile(documented(code), "docs/producer.md", "exec"), scope)
         config = EngineConfig.from_properties(scope["producer"]._conf)
         assert config.tls is not None
         if "oauth_cb" in scope:
             token = config.sasl.oauth.current()
             assert token.value == "signed-url-token" and token.expires_at < 4e9  # seconds
+            seen.add("oauth_cb")
+        if '"oidc"' in code:
+            assert config.sasl.oauth.source == "sasl.oauthbearer.method=oidc"
+            seen.add("oidc")
+        if "ssl.keystore.location" in code:
+            seen.add("keystore")
+    assert seen == {"oauth_cb", "oidc", "keystore"}
+
+
+def test_producer_md_aiven_keystore(tmp_path, monkeypatch, certs):
+    """The page's openssl command makes a keystore the engine and librdkafka both use for
+    mTLS with the page's settings, against a broker that requires client certificates."""
+    from tls_support import broker_tls
+
+    from kipproducer.broker.embedded import EmbeddedBroker
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(certs.ca, "ca.pem")
+    cert, key = certs.clients["alice"]
+    shutil.copy(cert, "service.cert")
+    shutil.copy(key, "service.key")
+    run_openssl_block(tmp_path)
+    code = next(b for b in re.findall(r"```python\n(.*?)```", managed_section(), re.S)
+                if "ssl.keystore.location" in b)
+    config = broker_tls(certs, listeners="SSL://127.0.0.1:0", **{"ssl.client.auth": "required"})
+    with EmbeddedBroker(config=config) as mtls:
+        scope: dict = {}
+        code = documented(code).replace("<service>-<project>.aivencloud.com:9093",
+                                        mtls.listener_address("SSL"))
+        exec(compile(code, "docs/producer.md", "exec"), scope)
+        producer = scope["producer"]
+        reports: list = []
+        producer.produce_arrays("aiven-docs", [b"engine"], partition=0,
+                                on_delivery=lambda err, r: reports.append(err))
+        producer.produce("aiven-docs", b"librdkafka", partition=0,
+                         on_delivery=lambda err, m: reports.append(err))
+        assert producer.flush(20) == 0
+        assert reports == [None, None]

@@ -17,6 +17,7 @@ from kipproducer.sasl.oauthbearer import OAUTHBEARER
 from .. import client_config
 from ..client_config import ConfigError
 from .oauth import OAuthTokens
+from .oidc import oidc_settings
 from .tls import TlsConfigError, TlsSettings, tls_settings
 
 #: librdkafka's default sasl.mechanism.
@@ -35,7 +36,9 @@ class SaslSettings:
 
 
 def _oauth_settings(props: Mapping[str, Any], protocol: str) -> SaslSettings:
-    """OAUTHBEARER: oauth_cb, or unsecured tokens from sasl.oauthbearer.config."""
+    """OAUTHBEARER: oauth_cb, librdkafka's OIDC client (sasl.oauthbearer.method=oidc), or
+    unsecured tokens from sasl.oauthbearer.config. oauth_cb wins over oidc, as in librdkafka
+    (its OIDC client runs only when no refresh callback is set)."""
     callback = props.get("oauth_cb")
     config = str(client_config.value(props, "sasl.oauthbearer.config") or "")
     method = str(client_config.value(props, "sasl.oauthbearer.method")).strip().lower()
@@ -44,9 +47,10 @@ def _oauth_settings(props: Mapping[str, Any], protocol: str) -> SaslSettings:
             raise ConfigError("oauth_cb must be callable: oauth_cb(config) -> (token, expiry)")
         return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.from_callback(callback, config))
     if method == "oidc":
-        raise ConfigError(
-            "sasl.oauthbearer.method=oidc is librdkafka's own token client and not supported "
-            "by kipproducer's sending engine; fetch the token in an oauth_cb instead")
+        try:
+            return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.oidc(oidc_settings(props)))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if client_config.value(props, "enable.sasl.oauthbearer.unsecure.jwt"):
         try:
             return SaslSettings(OAUTHBEARER, "", "", OAuthTokens.unsecured(config))
@@ -54,8 +58,8 @@ def _oauth_settings(props: Mapping[str, Any], protocol: str) -> SaslSettings:
             raise ConfigError(f"sasl.oauthbearer.config={config!r}: {exc}") from None
     raise ConfigError(
         f"sasl.mechanism=OAUTHBEARER with security.protocol={protocol.upper()} needs a token "
-        "source for kipproducer's sending engine: oauth_cb, or sasl.oauthbearer.config with "
-        "enable.sasl.oauthbearer.unsecure.jwt=true")
+        "source for kipproducer's sending engine: oauth_cb, sasl.oauthbearer.method=oidc, or "
+        "sasl.oauthbearer.config with enable.sasl.oauthbearer.unsecure.jwt=true")
 
 
 def sasl_settings(props: Mapping[str, Any]) -> SaslSettings | None:

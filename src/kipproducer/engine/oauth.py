@@ -4,7 +4,9 @@
   ``(token, expiry)`` (expiry in seconds since the epoch) or ``(token, expiry, principal,
   extensions)``;
 * ``enable.sasl.oauthbearer.unsecure.jwt=true``: an unsecured JWT made from
-  ``sasl.oauthbearer.config`` (``principal=... lifeSeconds=... scope=... extension_NAME=v``).
+  ``sasl.oauthbearer.config`` (``principal=... lifeSeconds=... scope=... extension_NAME=v``);
+* ``sasl.oauthbearer.method=oidc``: librdkafka's OIDC client, the client-credentials grant
+  against ``sasl.oauthbearer.token.endpoint.url`` (engine/oidc.py).
 
 A token is used until 80% of its lifetime has passed (librdkafka's refresh point), then the
 next authentication asks for a new one.
@@ -20,6 +22,8 @@ from typing import Any
 
 from kipproducer.sasl.oauthbearer import parse_unsecured_config, unsecured_token
 
+from .oidc import OidcError, OidcSettings, fetch_token
+
 #: librdkafka refreshes a token when this share of its lifetime has passed.
 REFRESH_AT = 0.8
 
@@ -33,6 +37,9 @@ class Token:
     value: str
     expires_at: float  # seconds since the epoch
     extensions: dict[str, str]
+    #: The principal the source names (oidc: the token's sub claim), for logs; the broker
+    #: takes its own from the token.
+    principal: str = ""
 
 
 class OAuthTokens:
@@ -40,7 +47,7 @@ class OAuthTokens:
 
     def __init__(self, fetch: Callable[[], Token], source: str) -> None:
         self._fetch = fetch
-        self.source = source  # "oauth_cb" or "sasl.oauthbearer.config", for errors
+        self.source = source  # "oauth_cb", "sasl.oauthbearer.config" or "oidc", for errors
         self._token: Token | None = None
         self._refresh_at = 0.0
         self._lock = threading.Lock()
@@ -75,6 +82,17 @@ class OAuthTokens:
             return Token(token, expires_at, dict(parsed.extensions))
 
         return cls(fetch, "sasl.oauthbearer.config")
+
+    @classmethod
+    def oidc(cls, settings: OidcSettings) -> OAuthTokens:
+        def fetch() -> Token:
+            try:
+                got = fetch_token(settings)
+            except OidcError as exc:  # it names the endpoint and the cause: said as it is
+                raise TokenError(str(exc)) from None
+            return Token(got.value, got.expires_at, dict(settings.extensions), got.principal)
+
+        return cls(fetch, "sasl.oauthbearer.method=oidc")
 
     def current(self) -> Token:
         """The token to authenticate with; TokenError if the source fails."""

@@ -5,6 +5,8 @@ property names with librdkafka's defaults:
   store) and/or ``ssl.ca.pem`` (the CA certificates as PEM text);
 * ``ssl.certificate.location`` / ``ssl.certificate.pem`` and ``ssl.key.location`` /
   ``ssl.key.pem`` with ``ssl.key.password``: the client certificate (mTLS);
+* or ``ssl.keystore.location`` with ``ssl.keystore.password``: the client certificate, its
+  chain and key in one PKCS#12 file (engine/keystore.py);
 * ``ssl.endpoint.identification.algorithm``: ``https`` (the default: the broker's certificate
   must name the host connected to) or ``none``;
 * ``enable.ssl.certificate.verification``: ``true`` (the default) or ``false`` (no checks at
@@ -27,10 +29,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client_config import default, parse_bool
+from .keystore import KeystoreError, keystore_given, load_keystore
 
-#: librdkafka's keystore properties: PKCS#12 / Windows stores the engine does not read.
-UNSUPPORTED = ("ssl.keystore.location", "ssl.certificate.store.location",
-               "ssl.engine.location", "ssl_engine_callback_data", "ssl.providers")
+#: librdkafka's certificate sources the engine does not read: the Windows certificate store,
+#: OpenSSL engines and providers.
+UNSUPPORTED = ("ssl.certificate.store.location", "ssl.engine.location",
+               "ssl_engine_callback_data", "ssl.providers")
 
 
 class TlsConfigError(ValueError):
@@ -62,7 +66,8 @@ def tls_settings(props: Mapping[str, Any]) -> TlsSettings:
             raise TlsConfigError(
                 f"{name} is not supported by kipproducer's engine: give the certificate and "
                 "key as PEM (ssl.certificate.location + ssl.key.location, or ssl.certificate.pem "
-                "+ ssl.key.pem)")
+                "+ ssl.key.pem) or as a PKCS#12 file (ssl.keystore.location + "
+                "ssl.keystore.password)")
     algorithm = str(props.get("ssl.endpoint.identification.algorithm",
                               default("ssl.endpoint.identification.algorithm"))).strip().lower()
     if algorithm not in ("https", "none"):
@@ -121,6 +126,16 @@ def _load_client_certificate(context: ssl.SSLContext, props: Mapping[str, Any]) 
     key_location = str(props.get("ssl.key.location", "") or "").strip()
     key_pem = str(props.get("ssl.key.pem", "") or "").strip()
     password = props.get("ssl.key.password")
+    if keystore_given(props):
+        if cert_location or cert_pem or key_location or key_pem:
+            raise TlsConfigError(
+                "ssl.keystore.location holds the client certificate and key: give either it "
+                "or ssl.certificate.* + ssl.key.*, not both")
+        try:
+            load_keystore(context, props)
+        except KeystoreError as exc:
+            raise TlsConfigError(str(exc)) from None
+        return
     if not (cert_location or cert_pem or key_location or key_pem):
         return
     if not (cert_location or cert_pem) or not (key_location or key_pem):
