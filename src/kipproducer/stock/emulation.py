@@ -33,7 +33,7 @@ from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafka
 from .log_ends import LogEnds
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
-from .rows import FailedRecord, Rows, Sink, bulk_columns, slice_parts
+from .rows import FailedRecord, Rows, bulk_columns, slice_parts
 
 log = logging.getLogger("kipproducer.stock")
 
@@ -82,10 +82,24 @@ class _Plan:
         return self.actions[self.next]
 
 
-def _fillers_of(key: tuple[str, int], count: int) -> Rows:
-    # an empty key, not none: a compacted topic takes no record without a key
-    return Rows(None, [b""] * count, [None] * count, [[(FILLER_HEADER, b"")]] * count, None,
-                Sink(None, False, key[0], key[1]))
+_FILLER_HEADERS = [(FILLER_HEADER, b"")]
+
+
+def _batches_misplaced(outcome: list, start: int, count: int) -> Any:
+    """None when the batches reported cover [start, start + count) in order; else the first
+    error (a KafkaError) or a sentence saying where they landed."""
+    expected = start
+    for err, report in sorted(outcome, key=lambda got: got[1].offset()):
+        if err is not None:
+            return err
+        if report.offset() != expected:
+            return (f"filler {expected - start} landed at offset {report.offset()}, not "
+                    f"{expected}")
+        expected += len(report)
+    if expected != start + count:
+        return KafkaError(KafkaError._TIMED_OUT,
+                          f"{start + count - expected} fillers not acknowledged")
+    return None
 
 
 def connection_of(conf: Mapping[str, Any]) -> dict[str, Any]:
@@ -188,25 +202,30 @@ class Emulation:
         self._ends.pop(key, None)
         return self._log_end(key)
 
-    def pad_to(self, topic: str, partition: int, next_offset: int) -> None:
+    def pad_to(self, topic: str, partition: int, next_offset: int) -> bool:
         """Nothing of the partition lies between its held records (or its log end) and
         ``next_offset``: write the held records now and fill the log up to ``next_offset``
-        (a copy that has read its source to a position past markers or aborted records)."""
+        (a copy that has read its source to a position past markers or aborted records, or
+        a source whose log starts at ``next_offset`` with nothing after it). True when the
+        log is known to end at ``next_offset`` or beyond with nothing in flight; the held
+        records' reports say what became of them."""
         key = (topic, partition)
         held = self._held.setdefault(key, [])
         if held and self._configured_id is None:
             self._drain(key, final=True)  # (reported there: the id is missing)
-            return
+            return False
         end = self._log_end_or_fail(key)
         if end is None:
-            return
+            return False
         offsets = self._held_offsets(key)
         last_end = int(offsets[-1]) + 1 if len(offsets) else end
         if (len(offsets) and offsets[0] < end) or next_offset <= last_end:
             self._drain(key, final=True)
-            return
-        actions = plan_runs(end, offsets) + gap_steps(last_end, next_offset)
-        self._run_plans({key: _Plan(actions, self._take(key, len(offsets)))})
+        else:
+            actions = plan_runs(end, offsets) + gap_steps(last_end, next_offset)
+            self._run_plans({key: _Plan(actions, self._take(key, len(offsets)))})
+        # (runs still in flight on the bulk lane: their own reports say where the log ends)
+        return self._ends.get(key, -1) >= next_offset and key not in self._sent
 
     def conditional(self, topic: str, partition: int, parts: list[Rows],
                     expected: int) -> None:
@@ -543,10 +562,8 @@ class Emulation:
             for (topic, partition), action in gaps.items():
                 if action.step == Step.MARKER:
                     register_partition(producer, topic, partition, self._timeout)
-            fills = {key: [_fillers_of(key, action.count)]
-                     for key, action in gaps.items() if action.step == Step.FILL}
-            for key, results in self._write_many(producer, fills).items():
-                wrong[key] = _misplaced(results, gaps[key].start)
+            fills = {key: action for key, action in gaps.items() if action.step == Step.FILL}
+            wrong.update(self._write_fillers(producer, fills))
             producer.abort_transaction(self._timeout)
             for (topic, partition), action in gaps.items():
                 ends[(topic, partition)] = self._end_after_marker(topic, partition, action)
@@ -554,6 +571,31 @@ class Emulation:
             wrong = dict.fromkeys(gaps, exc.args[0])
         return {key: self._after_transaction(key, action, wrong[key], ends[key])
                 for key, action in gaps.items()}
+
+    def _write_fillers(self, producer: Any, fills: dict[tuple[str, int], Action]
+                       ) -> dict[tuple[str, int], Any]:
+        """Every gap's fillers as columns through the engine's bulk lane (one report per
+        batch, no object per record: a gap of a million offsets, a source log start, costs
+        about what a million tiny records cost), then every acknowledgement awaited. Per
+        partition: None when its fillers landed from the gap's start on, else what went
+        wrong."""
+        outcomes: dict[tuple[str, int], list] = {}
+        for key, action in fills.items():
+            found = outcomes[key] = []
+            n = action.count
+            # an empty key, not none: a compacted topic takes no record without a key
+            producer.produce_arrays(key[0], [None] * n, keys=[b""] * n,
+                                    headers=[_FILLER_HEADERS] * n, partition=key[1],
+                                    per_record=False,
+                                    on_delivery=lambda err, report, found=found:
+                                    found.append((err, report)))
+        left = producer.flush(self._timeout)
+        wrong: dict[tuple[str, int], Any] = {}
+        for key, action in fills.items():
+            wrong[key] = (KafkaError(KafkaError._TIMED_OUT, f"{left} fillers not acknowledged "
+                                     "in time") if left else
+                          _batches_misplaced(outcomes[key], action.start, action.count))
+        return wrong
 
     def _after_transaction(self, key: tuple[str, int], action: Action, wrong: Any,
                            end: int) -> Any:
