@@ -2,8 +2,9 @@
 
 Every record must land at exactly its asked offset for a read_committed reader, with its key,
 value, headers and timestamp; a read_uncommitted reader sees the fillers of gaps >= 2 (null
-value, header ``kip.filler``) and nothing else extra. Gaps of 1 are commit markers of the run
-before them. Offsets below the log end are refused as in native mode.
+value, header ``kip.filler``) and nothing else extra. Gaps of 1 are the markers of empty
+aborted transactions. Gaps of several partitions ready together share one transaction.
+Offsets below the log end are refused as in native mode.
 """
 
 from __future__ import annotations

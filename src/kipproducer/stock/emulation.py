@@ -669,46 +669,36 @@ class Emulation:
                parts: list[Rows]) -> list:
         """Produce the records in order and wait for every acknowledgement: [(err, Message)]
         in offset order (None for a record never acknowledged)."""
-        return self._write_many(producer, {(topic, partition): parts})[(topic, partition)]
-
-    def _write_many(self, producer: Producer, writes: dict[tuple[str, int], list[Rows]]
-                    ) -> dict[tuple[str, int], list]:
-        """Produce every partition's records in order, then wait for every acknowledgement:
-        per partition [(err, Message)] in offset order (None for a record never
-        acknowledged)."""
+        # One partition, an idempotent producer: reports come in produce order.
+        results: list = []
+        landed = results.append
         produce = producer.produce
-        outcomes: dict[tuple[str, int], list] = {}
-        for (topic, partition), parts in writes.items():
-            # One partition, an idempotent producer: reports come in produce order.
-            results = outcomes[(topic, partition)] = []
-            landed = results.append
 
-            def report(err, msg, landed=landed) -> None:
-                landed((err, msg))
+        def report(err, msg) -> None:
+            landed((err, msg))
 
-            for part in parts:
-                for i in range(len(part)):
-                    key, value, headers, timestamp = part.row(i)
-                    kwargs: dict[str, Any] = {"partition": partition, "on_delivery": report}
-                    if headers:
-                        kwargs["headers"] = headers
-                    if timestamp:
-                        kwargs["timestamp"] = timestamp
-                    while True:
-                        try:
-                            produce(topic, value, key, **kwargs)
-                            break
-                        except BufferError:
-                            producer.poll(0.01)
+        total = 0
+        for part in parts:
+            for i in range(len(part)):
+                key, value, headers, timestamp = part.row(i)
+                kwargs: dict[str, Any] = {"partition": partition, "on_delivery": report}
+                if headers:
+                    kwargs["headers"] = headers
+                if timestamp:
+                    kwargs["timestamp"] = timestamp
+                while True:
+                    try:
+                        produce(topic, value, key, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            total += len(part)
         left = producer.flush(self._timeout)
         if left:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"{left} records not acknowledged in time"))
-        for key, results in outcomes.items():
-            total = sum(len(part) for part in writes[key])
-            results.sort(key=lambda outcome: outcome[1].offset() if outcome[0] is None else -1)
-            results.extend([None] * (total - len(results)))
-        return outcomes
+        results.sort(key=lambda outcome: outcome[1].offset() if outcome[0] is None else -1)
+        return results + [None] * (total - len(results))
 
     def _fail(self, parts: Iterable[Rows], error: KafkaError) -> None:
         parts = list(parts)
