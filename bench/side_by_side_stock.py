@@ -7,10 +7,16 @@ stand-in and native on a `kip broker` with the extension.
 The records are side_by_side_copy.py's workload (12-byte keys, 100-byte values, offsets with
 random gaps of 1..100 at the given gap rates). One run per contender and rate, each in its own
 process, sequentially, to its own fresh topic; timed from the first call to flush() returning.
-Transactions per second: the transactions the method needed (one per gap: an empty aborted
-one for a gap of one offset, fillers and an abort for a longer one) divided by the run's time.
+Transactions: the gap transactions the emulation wrote (an empty aborted one for a gap of one
+offset, fillers and an abort for a longer one; partitions whose gaps are ready together share
+one), and per second of the run.
 
-    python bench/side_by_side_stock.py [--records N] [--gap-rate F[,F...]]
+With ``--partitions N`` the N records are spread over N partitions of each topic (N / P each,
+the emulated copy calling produce_arrays per partition in chunks, round-robin); partition 0
+has the one-partition run's offsets, every other partition its own random gaps at the same
+rate (a seed per partition), so gaps line up only by chance.
+
+    python bench/side_by_side_stock.py [--records N] [--gap-rate F[,F...]] [--partitions N]
         [--conditional-records N] [--no-conditional]
 """
 
@@ -30,6 +36,27 @@ from side_by_side_copy import workload
 CHUNK = 100_000
 
 
+def partition_offsets(n: int, rate: float, partition: int, base):
+    """Partition ``partition``'s offsets: partition 0 takes ``base`` (the workload's), the others
+    their own gaps at the same rate."""
+    import numpy as np
+    from side_by_side_copy import MAX_GAP, SEED
+
+    if partition == 0:
+        return base[:n]
+    rng = np.random.default_rng(SEED + partition)
+    steps = np.where(rng.random(n) < rate, rng.integers(2, MAX_GAP + 2, n), 1)
+    steps[0] = 0
+    return np.cumsum(steps, dtype=np.int64)
+
+
+def create_partitioned(bootstrap: str, topic: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
 def start_standin(data_dir: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
@@ -43,7 +70,8 @@ def start_standin(data_dir: str) -> tuple[subprocess.Popen, str]:
     return proc, line.removeprefix("listening on ")
 
 
-def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float) -> dict:
+def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float,
+             partitions: int = 1) -> dict:
     import numpy as np
     from confluent_kafka import Producer as CkProducer
 
@@ -51,6 +79,8 @@ def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float) -> dict
     from kipproducer.stock.plan import Step, plan_runs
 
     keys, values, offsets = workload(n, rate)
+    each = n // partitions
+    per_partition = [partition_offsets(each, rate, p, offsets) for p in range(partitions)]
     config = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
               "linger.ms": 5, "queue.buffering.max.messages": 2_000_000,
               "queue.buffering.max.kbytes": 2_097_151}
@@ -61,13 +91,14 @@ def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float) -> dict
         producer = Producer({**config, "kip.mode": "emulated",
                              "kip.emulation.transactional.id": f"bench-{topic}"})
         producer.kip_mode(topic)  # the probe, untimed
-        txns = sum(a.step != Step.PLAIN for a in plan_runs(0, offsets))
+        # one transaction per gap, unless the emulation counts fewer (shared ones)
+        txns = sum(a.step != Step.PLAIN for offs in per_partition for a in plan_runs(0, offs))
     t0 = time.perf_counter()
     if name == "confluent":
-        for i in range(n):
+        for i in range(each * partitions):
             while True:
                 try:
-                    producer.produce(topic, values[i], keys[i], partition=0)
+                    producer.produce(topic, values[i], keys[i], partition=i % partitions)
                     break
                 except BufferError:
                     producer.poll(0.01)
@@ -75,15 +106,22 @@ def run_copy(name: str, bootstrap: str, topic: str, n: int, rate: float) -> dict
                 producer.poll(0)
     else:
         key_col, value_col = np.array(keys, dtype=object), np.array(values, dtype=object)
-        for start in range(0, n, CHUNK):
-            producer.produce_arrays(topic, value_col[start:start + CHUNK],
-                                    keys=key_col[start:start + CHUNK], partition=0,
-                                    offsets=offsets[start:start + CHUNK])
+        for start in range(0, each, CHUNK):
+            for p in range(partitions):
+                first = p * each + start
+                stop = min(start + CHUNK, each) - start + first
+                producer.produce_arrays(topic, value_col[first:stop], keys=key_col[first:stop],
+                                        partition=p,
+                                        offsets=per_partition[p][start:start + CHUNK])
     left = producer.flush(600)
     seconds = time.perf_counter() - t0
     if left:
         raise RuntimeError(f"{name}: {left} records not delivered")
-    return {"seconds": seconds, "txns": txns}
+    if name != "confluent":
+        from kipproducer.producer import emulation_of
+
+        txns = getattr(emulation_of(producer), "gap_transactions", txns)
+    return {"seconds": seconds, "txns": txns, "records": each * partitions}
 
 
 def run_conditional(bootstrap: str, topic: str, n: int, size: int, mode: str) -> dict:
@@ -107,7 +145,7 @@ def child(args) -> None:
         out = run_conditional(args.bootstrap, args.topic, args.records, args.size, args.mode)
     else:
         out = run_copy(args.child, args.bootstrap, args.topic, args.records,
-                       float(args.gap_rate))
+                       float(args.gap_rate), args.partitions)
     print(json.dumps(out))
 
 
@@ -115,6 +153,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--gap-rate", default="0,0.0001,0.01,0.1")
+    ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--conditional-records", type=int, default=20_000)
     ap.add_argument("--no-conditional", action="store_true")
     ap.add_argument("--child")
@@ -130,23 +169,24 @@ def main() -> None:
         proc, bootstrap = start_standin(data)
         try:
             def spawn(kind: str, topic: str, *extra: str) -> dict:
-                create_topics(bootstrap, topic)
+                create_partitioned(bootstrap, topic, args.partitions)
                 out = subprocess.run([sys.executable, __file__, "--child", kind, "--bootstrap",
                                       bootstrap, "--topic", topic, *extra],
                                      capture_output=True, text=True, env=child_env(),
                                      check=True)
                 return json.loads(out.stdout.strip().splitlines()[-1])
 
-            n = args.records
-            base = spawn("confluent", "c-0", "--records", str(n), "--gap-rate", "0")
-            rate_c = n / base["seconds"]
-            print(f"| contender | gap rate | records/s | vs confluent | transactions | "
+            n, parts = args.records, ["--partitions", str(args.partitions)]
+            base = spawn("confluent", "c-0", "--records", str(n), "--gap-rate", "0", *parts)
+            rate_c = base["records"] / base["seconds"]
+            print(f"{args.partitions} partition(s)\n\n"
+                  f"| contender | gap rate | records/s | vs confluent | transactions | "
                   f"transactions/s |\n|---|---|---|---|---|---|\n"
                   f"| confluent produce() | - | {rate_c:,.0f} | 1.00x | 0 | - |")
             for i, rate in enumerate(float(r) for r in args.gap_rate.split(",")):
                 got = spawn("emulated", f"e-{i}", "--records", str(n), "--gap-rate",
-                            str(rate))
-                r = n / got["seconds"]
+                            str(rate), *parts)
+                r = got["records"] / got["seconds"]
                 print(f"| emulated produce_arrays(offsets=) | {rate:g} | {r:,.0f} | "
                       f"{r / rate_c:.2f}x | {got['txns']:,} | "
                       f"{got['txns'] / got['seconds']:,.0f} |", flush=True)

@@ -2,8 +2,9 @@
 
 Every record must land at exactly its asked offset for a read_committed reader, with its key,
 value, headers and timestamp; a read_uncommitted reader sees the fillers of gaps >= 2 (null
-value, header ``kip.filler``) and nothing else extra. Gaps of 1 are commit markers of the run
-before them. Offsets below the log end are refused as in native mode.
+value, header ``kip.filler``) and nothing else extra. Gaps of 1 are the markers of empty
+aborted transactions. Gaps of several partitions ready together share one transaction.
+Offsets below the log end are refused as in native mode.
 """
 
 from __future__ import annotations
@@ -322,3 +323,113 @@ def test_producer_properties_do_not_reach_the_emulations_readers(stock, caplog):
                             offsets=np.array([1], np.int64)) == 1
     warned = [r.getMessage() for r in caplog.records if "producer property" in r.getMessage()]
     assert warned == []
+
+
+# Per partition of a 3-partition topic: gaps at the same points (after the first run, after
+# the second), of every kind: fillers (g >= 2) and empty transactions (g == 1).
+LINED_UP = {0: [0, 1, 2, 9, 10, 12], 1: [0, 1, 2, 4, 5, 8], 2: [0, 1, 2, 3, 7, 9]}
+
+
+def check_partitions(bootstrap, topic, wanted, stamp):
+    """read_committed: every record at its asked offset; read_uncommitted: fillers exactly
+    where each partition's plan has gaps >= 2, nothing else besides the records."""
+    n = len(wanted)
+    got = committed(bootstrap, topic, n)
+    for p, offsets in wanted.items():
+        mine = [(r.offset, r.key, r.value, r.headers, r.timestamp[1])
+                for r in got if r.partition == p]
+        assert mine == [(o, b"k%d" % o, b"v%d.%d" % (p, o), (("h", b"%d" % o),), stamp + o)
+                        for o in offsets], p
+    every = uncommitted(bootstrap, topic, n)
+    for p, offsets in wanted.items():
+        extra = [r for r in every if r.partition == p and r.offset not in set(offsets)]
+        assert all(is_filler(r) for r in extra), (p, extra)
+        assert sorted(r.offset for r in extra) == [
+            a.start + i for a in plan_runs(0, offsets) if a.step == Step.FILL
+            for i in range(a.count)], p
+
+
+def produce_lined_up(p, topic, wanted, stamp):
+    for partition, offsets in wanted.items():
+        p.produce_arrays(topic, [b"v%d.%d" % (partition, o) for o in offsets],
+                         keys=[b"k%d" % o for o in offsets],
+                         headers=[[("h", b"%d" % o)] for o in offsets],
+                         timestamps=np.array([stamp + o for o in offsets], np.int64),
+                         partition=partition, offsets=np.array(offsets, np.int64))
+
+
+def test_gaps_that_line_up_share_one_transaction(stock):
+    """Three partitions with a gap each after their first run and after their second: the
+    copy calls partition by partition and flushes; the gaps of one round share ONE aborted
+    transaction (2 in all, where one per gap would take 6), and each lands as planned."""
+    from kipproducer.producer import emulation_of
+
+    topic = new_topic(stock, "em-shared", partitions=3)
+    stamp = now_ms() - 1000
+    with emulated_producer(stock, unique("w")) as p:
+        assert p.kip_mode(topic) == "emulated"
+        produce_lined_up(p, topic, LINED_UP, stamp)
+        assert p.flush(30) == 0
+        per_gap = sum(a.step != Step.PLAIN for offsets in LINED_UP.values()
+                      for a in plan_runs(0, offsets))
+        assert per_gap == 6
+        assert emulation_of(p).gap_transactions == 2
+    check_partitions(stock, topic, LINED_UP, stamp)
+
+
+_DYING_SHARED_WRITER = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import kipproducer.producer as engine
+    from kipproducer import Producer
+
+    def stop_before_end_txn(self, *args, **kwargs):
+        print("open", flush=True)
+        sys.stdin.read()  # hold the shared transaction open (fillers written) until killed
+
+    engine.Producer.abort_transaction = stop_before_end_txn
+    bootstrap, topic, txn_id, stamp = sys.argv[1:5]
+    stamp = int(stamp)
+    p = Producer({"bootstrap.servers": bootstrap, "kip.mode": "emulated",
+                  "kip.emulation.transactional.id": txn_id})
+    for partition, offsets in json.loads(sys.argv[5]).items():
+        p.produce_arrays(topic, [b"v%d.%d" % (int(partition), o) for o in offsets],
+                         keys=[b"k%d" % o for o in offsets],
+                         headers=[[("h", b"%d" % o)] for o in offsets],
+                         timestamps=np.array([stamp + o for o in offsets], np.int64),
+                         partition=int(partition), offsets=np.array(offsets, np.int64))
+    p.flush(30)
+""")
+
+
+def test_kill_9_mid_shared_transaction_then_restart(stock):
+    """The writer is killed with the shared transaction of the first round open (fillers of
+    partitions 0 and 1 written, partition 2 added without a record, no EndTxn). Each
+    partition's part of it starts at its gap and holds no kept record, so the restarted
+    writer's fence has the abort markers land inside the gaps, and every record of the rest
+    of the copy lands at its offset."""
+    import json
+
+    from kipproducer.producer import emulation_of
+
+    topic = new_topic(stock, "em-shared-kill", partitions=3)
+    writer = unique("writer")
+    stamp = now_ms() - 1000
+    dying = subprocess.Popen([sys.executable, "-c", _DYING_SHARED_WRITER, stock, topic, writer,
+                              str(stamp), json.dumps(LINED_UP)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert dying.stdout.readline() == b"open\n"
+    finally:
+        os.kill(dying.pid, signal.SIGKILL)
+        dying.wait(10)
+    # the first runs landed (0..2 / 0..2 / 0..3), the first round's gaps are open
+    first = {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2, 3]}
+    rest = {p: offsets[len(first[p]):] for p, offsets in LINED_UP.items()}
+    with emulated_producer(stock, writer) as p:
+        ends = [emulation_of(p).log_end(topic, partition) for partition in range(3)]
+        # fenced: each abort marker took its gap's last offset, right before the next record
+        assert ends == [rest[0][0], rest[1][0], rest[2][0]]
+        produce_lined_up(p, topic, rest, stamp)
+        assert p.flush(30) == 0
+    check_partitions(stock, topic, LINED_UP, stamp)

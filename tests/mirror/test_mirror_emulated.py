@@ -16,6 +16,8 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from mirror_support import compacted_topic, create, fill, read, stable, transactions, unique
 from test_mirror_kill import Feeder, child_env, kill_repeatedly, mirror_command
 
@@ -94,6 +96,46 @@ def test_preserve_onto_stock_target_keeps_offsets_across_gaps(source, stock):
                    rename="c.{topic}", progress=False, group=mirror.group, timeout=30)
     again.run(once=True)
     same_copy(source, stock, txn, f"c.{txn}")
+
+
+def low_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("lows")})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[0]
+                for p in range(partitions)]
+    finally:
+        c.close()
+
+
+def test_trimmed_source_gives_the_stock_target_the_same_log_start(source, stock):
+    """A source whose log starts were moved (DeleteRecords): in the middle of a partition, to
+    its very end (nothing left), and a little. The stock target cannot DeleteRecords above
+    its log end, so the emulation fills it up to the source's log start first (fillers, one
+    aborted transaction), then the mirror trims it: both answer the same earliest offset and
+    every record is at its offset. Trimmed again later, the rerun moves the target's too."""
+    topic = create(source, unique("emtrim"), PARTITIONS)
+    fill(source, topic, 90)  # offsets 0..29 in each partition
+    cuts = {0: 20, 1: 30, 2: 5}
+    admin = AdminClient({"bootstrap.servers": source.bootstrap_servers})
+    for future in admin.delete_records([TopicPartition(topic, p, o)
+                                        for p, o in cuts.items()]).values():
+        future.result(30)
+    assert low_watermarks(source.bootstrap_servers, topic, PARTITIONS) == [20, 30, 5]
+    copy = f"t.{topic}"
+    mirror = Mirror(source.bootstrap_servers, stock.bootstrap_servers, topic,
+                    rename="t.{topic}", progress=False, group=unique("g"), timeout=30)
+    mirror.run(once=True)
+    same_copy(source, stock, topic, copy)
+    assert low_watermarks(stock.bootstrap_servers, copy, PARTITIONS) == [20, 30, 5]
+
+    fill(source, topic, 30, start=100)  # 30..39 in each partition
+    for future in admin.delete_records([TopicPartition(topic, p, 35)
+                                        for p in range(PARTITIONS)]).values():
+        future.result(30)
+    Mirror(source.bootstrap_servers, stock.bootstrap_servers, topic, rename="t.{topic}",
+           progress=False, group=mirror.group, timeout=30).run(once=True)
+    same_copy(source, stock, topic, copy)
+    assert low_watermarks(stock.bootstrap_servers, copy, PARTITIONS) == [35] * PARTITIONS
 
 
 def test_fetch_reader_refused_for_a_stock_target(source, stock):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 from mirror_support import compacted_topic, fill, read, stable, transactions, trim, unique
 
 from kipproducer import cli
@@ -43,13 +43,22 @@ def test_backfill_copies_topics_with_their_offsets_and_resumes(spark, source, ta
     compacted_topic(source, txns, 300)
     transactions(source, txns, 6)  # rounds 2 and 5 aborted: not copied (read_committed)
     stable(source.bootstrap_servers, txns, 3)
+    # trimmed to its end: nothing to copy, yet the target's log start must move to 10, above
+    # its log end (filled first: DeleteRecords stops at a log end)
+    emptied = f"{prefix}-emptied"
+    admin = AdminClient({"bootstrap.servers": source.bootstrap_servers})
+    admin.create_topics([NewTopic(emptied, 3, 1)])[emptied].result(30)
+    fill(source, emptied, 30)
+    trim(source, emptied, 3, 10)
     pattern = re.escape(prefix) + "-.*"
 
     first = backfill(spark, source.bootstrap_servers, target.bootstrap_servers, pattern)
-    assert (first.topics, first.partitions) == (2, 6)
+    assert (first.topics, first.partitions) == (3, 9)
     assert all(first.starts[(compacted, p)] >= 30 for p in range(3))  # from the log start
     same_copy(source, target, compacted, compacted)
     same_copy(source, target, txns, txns)
+    same_copy(source, target, emptied, emptied)
+    assert log_bounds(target.bootstrap_servers, emptied, 3) == {p: (10, 10) for p in range(3)}
 
     def aborted(bootstrap: str, topic: str) -> int:
         return sum((r.value or b"").startswith(b"t2-") for rs in read(

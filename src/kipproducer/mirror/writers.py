@@ -342,7 +342,11 @@ class PreserveWriter(Writer):
         the copy is visible now and ends where the source does."""
         if pair.target not in self.emulated:
             return
-        emulation_of(self.producer).pad_to(pair.target, partition, offset)
+        if emulation_of(self.producer).pad_to(pair.target, partition, offset):
+            # the target holds the partition up to ``offset`` (no record reports the filled
+            # tail): a source log start moved up to its end can be copied (sync_log_starts)
+            key = (pair.source, partition)
+            self.acked[key] = max(self.acked.get(key, 0), offset)
 
     def write(self, pair: TopicPair, partition: int, messages: list) -> None:
         key = (pair.source, partition)

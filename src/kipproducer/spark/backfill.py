@@ -12,7 +12,11 @@ Spark job (a backfill), resumable from the target's log ends.
    offsets mode (KIP-391, every record at its source offset; a task skips what lies below the
    target's log end, so a retried task continues too).
 4. A target partition whose log start lies below the source's is trimmed to it
-   (DeleteRecords), as the mirror's preserve mode does.
+   (DeleteRecords), as the mirror's preserve mode does. DeleteRecords cannot go past a log
+   end, so a target partition that ends below the source's log start (nothing of the source
+   lay after it: a source trimmed to its end) is first filled up to it with aborted fillers
+   (the stock-cluster emulation's ``pad_to``, docs/stock-clusters.md; any broker with
+   transactions takes them, no read_committed reader sees them, and the trim drops them).
 
 Needs a target that takes KIP-391 offsets (the reference broker). Consumer group offsets are
 not copied (``kip mirror`` without ``--engine spark`` does that).
@@ -115,12 +119,52 @@ def backfill(spark: Any, source: str, target: str, pattern: str, *,
              .write.format("kip").options(**{f"kafka.{k}": str(v) for k, v in dst_conf.items()
                                                 if k != "logger"})
              .option("kip.mode", "offsets").mode("append").save())
-        _trim(topics.target_admin, {(pairs[n].target, p): o for (n, p), o in src_starts.items()},
-              dst_starts)
+        wanted = {(pairs[n].target, p): o for (n, p), o in src_starts.items()}
+        _fill_to_log_starts(dst_conf, topics.target_admin, wanted, dst_starts)
+        _trim(topics.target_admin, wanted, dst_starts)
     finally:
         topics.close()
     result.elapsed_s = time.perf_counter() - t0
     return result
+
+
+def _fill_to_log_starts(target_conf: Mapping[str, Any], admin: Any,
+                        wanted: Mapping[tuple[str, int], int],
+                        have: Mapping[tuple[str, int], int]) -> None:
+    """Target partitions to be trimmed whose log ends below the wanted log start are filled
+    up to it: one aborted transaction of tiny fillers each (KIP-391 emulation), written by a
+    transactional id fixed per set of target topics, so a rerun after a kill fences the
+    killed writer's open transaction before it reads the log end."""
+    import hashlib
+
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    from ..mirror.topics import MirrorError
+    from ..producer import Producer, emulation_of
+
+    trimmed = {k: o for k, o in wanted.items() if o > have[k]}
+    if not trimmed:
+        return
+    found = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in trimmed},
+                               request_timeout=60)
+    short = {(tp.topic, tp.partition): trimmed[(tp.topic, tp.partition)]
+             for tp, f in found.items() if f.result().offset < trimmed[(tp.topic, tp.partition)]}
+    if not short:
+        return
+    names = ",".join(sorted({t for t, _ in short}))
+    writer = "kip-backfill-" + hashlib.sha256(names.encode()).hexdigest()[:16]
+    producer = Producer({**target_conf, "kip.mode": "emulated",
+                         "kip.emulation.transactional.id": writer})
+    try:
+        emulation = emulation_of(producer)
+        for (topic, p), start in sorted(short.items()):
+            if emulation.log_end(topic, p) < start and not emulation.pad_to(topic, p, start):
+                raise MirrorError(f"target {topic}[{p}] not filled up to the source's log "
+                                  f"start {start}, so its log start cannot be moved there")
+            log.info("target %s-%d: filled up to %d for its log start", topic, p, start)
+    finally:
+        producer.close()
 
 
 def _trim(admin: Any, wanted: Mapping[tuple[str, int], int],

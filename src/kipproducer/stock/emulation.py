@@ -33,7 +33,7 @@ from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafka
 from .log_ends import LogEnds
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
-from .rows import FailedRecord, Rows, Sink, bulk_columns, slice_parts
+from .rows import FailedRecord, Rows, bulk_columns, slice_parts
 
 log = logging.getLogger("kipproducer.stock")
 
@@ -69,6 +69,39 @@ class _Sent:
         return sum(len(report) for _, report in self.outcome)
 
 
+@dataclass(slots=True)
+class _Plan:
+    """A partition's planned actions, the records they write, and the next one to do."""
+
+    actions: list[Action]
+    parts: list[Rows]
+    next: int = 0
+
+    @property
+    def current(self) -> Action:
+        return self.actions[self.next]
+
+
+_FILLER_HEADERS = [(FILLER_HEADER, b"")]
+
+
+def _batches_misplaced(outcome: list, start: int, count: int) -> Any:
+    """None when the batches reported cover [start, start + count) in order; else the first
+    error (a KafkaError) or a sentence saying where they landed."""
+    expected = start
+    for err, report in sorted(outcome, key=lambda got: got[1].offset()):
+        if err is not None:
+            return err
+        if report.offset() != expected:
+            return (f"filler {expected - start} landed at offset {report.offset()}, not "
+                    f"{expected}")
+        expected += len(report)
+    if expected != start + count:
+        return KafkaError(KafkaError._TIMED_OUT,
+                          f"{start + count - expected} fillers not acknowledged")
+    return None
+
+
 def connection_of(conf: Mapping[str, Any]) -> dict[str, Any]:
     """The user's librdkafka properties that the emulation's clients share (servers, security,
     client.id, ...), without the kip.* ones and those the emulation sets itself."""
@@ -102,6 +135,8 @@ class Emulation:
         self._bulk_send = bulk_send
         self._bulk_settle = bulk_settle
         self._sent: dict[tuple[str, int], list[_Sent]] = {}
+        #: gap transactions written (one per round of gaps, shared by its partitions)
+        self.gap_transactions = 0
 
     # ---- what the Producer calls ----------------------------------------------------------
 
@@ -143,14 +178,19 @@ class Emulation:
                 f"log end {last + 1} (explicit offsets must strictly increase)",
                 log_end_offset=last + 1))
             return
+        # A partition with a gap waits for the next call to it (or poll(), flush(), the bound)
+        # before its runs go: by then other partitions may have a gap ready too, and their
+        # gaps share one transaction (a copy that calls partition by partition).
+        again = key in self._gapped
         if (held and first != last + 1) or final - first != len(rows) - 1:
             self._gapped.add(key)
         held.append(rows)
         self._held_count += len(rows)
         count = self._held_per_key[key] = self._held_per_key.get(key, 0) + len(rows)
-        full = count >= HELD_MAX
-        if full or key in self._gapped:
-            self._drain(key, final=full)
+        if count >= HELD_MAX:
+            self._drain_keys([*(self._gapped - {key}), key], final_key=key)
+        elif again:
+            self._drain_keys(list(self._gapped))
 
     def log_end(self, topic: str, partition: int) -> int:
         """The partition's log end once this writer holds its transactional id: a predecessor
@@ -162,25 +202,30 @@ class Emulation:
         self._ends.pop(key, None)
         return self._log_end(key)
 
-    def pad_to(self, topic: str, partition: int, next_offset: int) -> None:
+    def pad_to(self, topic: str, partition: int, next_offset: int) -> bool:
         """Nothing of the partition lies between its held records (or its log end) and
         ``next_offset``: write the held records now and fill the log up to ``next_offset``
-        (a copy that has read its source to a position past markers or aborted records)."""
+        (a copy that has read its source to a position past markers or aborted records, or
+        a source whose log starts at ``next_offset`` with nothing after it). True when the
+        log is known to end at ``next_offset`` or beyond with nothing in flight; the held
+        records' reports say what became of them."""
         key = (topic, partition)
         held = self._held.setdefault(key, [])
         if held and self._configured_id is None:
             self._drain(key, final=True)  # (reported there: the id is missing)
-            return
+            return False
         end = self._log_end_or_fail(key)
         if end is None:
-            return
+            return False
         offsets = self._held_offsets(key)
         last_end = int(offsets[-1]) + 1 if len(offsets) else end
         if (len(offsets) and offsets[0] < end) or next_offset <= last_end:
             self._drain(key, final=True)
-            return
-        actions = plan_runs(end, offsets) + gap_steps(last_end, next_offset)
-        self._run_actions(key, actions, self._take(key, len(offsets)))
+        else:
+            actions = plan_runs(end, offsets) + gap_steps(last_end, next_offset)
+            self._run_plans({key: _Plan(actions, self._take(key, len(offsets)))})
+        # (runs still in flight on the bulk lane: their own reports say where the log ends)
+        return self._ends.get(key, -1) >= next_offset and key not in self._sent
 
     def conditional(self, topic: str, partition: int, parts: list[Rows],
                     expected: int) -> None:
@@ -206,8 +251,7 @@ class Emulation:
     def serve(self, *, final: bool = False) -> int:
         """Write what is due (everything with ``final``, and wait for it) and call the queued
         callbacks."""
-        for key in list(self._held if final else self._gapped):
-            self._drain(key, final=final)
+        self._drain_keys(list(self._held if final else self._gapped), final=final)
         for key in list(self._sent):
             if final:
                 self._settle(key)
@@ -301,14 +345,30 @@ class Emulation:
                 else np.empty(0, np.int64))
 
     def _drain(self, key: tuple[str, int], *, final: bool) -> None:
-        """Write what the held records' gaps decide (everything with ``final``): all but the
-        last run, which waits for the next gap, the bound, or flush()."""
+        self._drain_keys([key], final=final)
+
+    def _drain_keys(self, keys: list[tuple[str, int]], *, final: bool = False,
+                    final_key: tuple[str, int] | None = None) -> None:
+        """Write what the held records' gaps decide in these partitions (everything with
+        ``final``, or of ``final_key``): all but each partition's last run, which waits for
+        the next gap, the bound, or flush(). Gaps ready in several partitions at once share
+        one transaction."""
+        plans: dict[tuple[str, int], _Plan] = {}
+        for key in keys:
+            plan = self._plan(key, final=final or key == final_key)
+            if plan is not None:
+                plans[key] = plan
+        self._run_plans(plans)
+
+    def _plan(self, key: tuple[str, int], *, final: bool) -> _Plan | None:
+        """The partition's planned actions and the held records they write (taken off the
+        held ones), or None when nothing is due."""
         held = self._held.get(key)
         if not held:
-            return
+            return None
         end = self._log_end_or_fail(key)
         if end is None:
-            return
+            return None
         offsets = self._held_offsets(key)
         if offsets[0] < end:
             parts = self._take(key, len(offsets))
@@ -316,27 +376,56 @@ class Emulation:
                 INVALID_PRODUCE_OFFSET,
                 f"{OFFSETS_CALL}: offset {int(offsets[0])} of {key[0]}[{key[1]}] is below "
                 f"the log end {end}; nothing of the run was written", log_end_offset=end))
-            return
+            return None
         actions = plan_runs(end, offsets)
         if not final and actions and actions[-1].step == Step.PLAIN:
             actions.pop()  # held until the next gap, the bound or flush()
         if not actions:
             self._gapped.discard(key)  # one run at the log end: it waits for flush()
-            return
+            return None
         taken = max((a.first + a.count for a in actions if a.step == Step.PLAIN), default=0)
-        self._run_actions(key, actions, self._take(key, taken))
+        return _Plan(actions, self._take(key, taken))
 
-    def _run_actions(self, key: tuple[str, int], actions: list[Action],
-                     parts: list[Rows]) -> None:
-        for i, action in enumerate(actions):
-            error = self._act(key, action, parts)
-            if error is not None:
-                # what comes after a failed step would land elsewhere: none of it is written
-                for later in actions[i + 1:]:
-                    if later.step == Step.PLAIN:
-                        self._fail(slice_parts(parts, later.first, later.first + later.count),
-                                   error)
+    def _run_plans(self, plans: dict[tuple[str, int], _Plan]) -> None:
+        """Rounds: every partition writes its plain runs up to its next gap; the partitions
+        with a gap are settled (their runs acknowledged and checked) and their gaps written
+        in ONE transaction; then the next round. A partition whose step fails is left out,
+        the records after the failed step reported with its error."""
+        while plans:
+            gaps: dict[tuple[str, int], Action] = {}
+            for key, plan in list(plans.items()):
+                error = None
+                while plan.next < len(plan.actions) and plan.current.step == Step.PLAIN:
+                    error = self._act(key, plan.current, plan.parts)
+                    plan.next += 1
+                    if error is not None:
+                        break
+                if error is None and plan.next < len(plan.actions):
+                    # a transaction goes only after every plain run of the partition is in
+                    # and checked: its fillers and marker must land where the plan says
+                    error = self._settle(key)
+                    if error is None:
+                        gaps[key] = plan.current
+                        continue
+                if error is not None:
+                    self._fail_after(plan, error)
+                del plans[key]
+            if not gaps:
                 return
+            for key, error in self._gap_transaction(gaps).items():
+                plan = plans[key]
+                plan.next += 1
+                if error is not None:
+                    self._fail_after(plan, error)
+                    del plans[key]
+
+    def _fail_after(self, plan: _Plan, error: Any) -> None:
+        """What comes after a failed step would land elsewhere: none of it is written."""
+        for later in plan.actions[plan.next:]:
+            if later.step == Step.PLAIN:
+                self._fail(slice_parts(plan.parts, later.first, later.first + later.count),
+                           error)
+        plan.next = len(plan.actions)
 
     def _take(self, key: tuple[str, int], count: int) -> list[Rows]:
         """The first ``count`` held records of the partition (cut where a call's rows
@@ -359,17 +448,8 @@ class Emulation:
         return taken
 
     def _act(self, key: tuple[str, int], action: Action, parts: list[Rows]) -> Any:
-        """One planned step. None when done; else the error for the records after it (the
-        step's own records are reported either way)."""
-        if action.step != Step.PLAIN:
-            # a transaction goes only after every plain run of the partition is in and
-            # checked: its fillers and marker must land where the plan says
-            error = self._settle(key)
-            if error is not None:
-                return error
-            if action.step == Step.MARKER:
-                return self._empty_abort(key, action)
-            return self._fillers(key, action)
+        """One planned plain run. None when done; else the error for the records after it
+        (the run's own records are reported either way)."""
         run = slice_parts(parts, action.first, action.first + action.count)
         if self._bulk_send is not None and not any(r.sink.per_record for r in run):
             return self._send_bulk(key, action, run)
@@ -464,43 +544,58 @@ class Emulation:
             index += len(part)
         return None
 
-    def _fillers(self, key: tuple[str, int], action: Action) -> Any:
-        """A gap of g >= 2: g - 1 fillers in a transaction that is aborted; its marker takes
-        the last offset. None when done, else the error."""
-        topic, partition = key
-        n = action.count
-        # an empty key, not none: a compacted topic takes no record without a key
-        fillers = Rows(None, [b""] * n, [None] * n, [[(FILLER_HEADER, b"")]] * n, None,
-                       Sink(None, False, topic, partition))
-        end = -1
-        try:
-            producer = self._txn_producer()
-            producer.begin_transaction()
-            results = self._write(producer, topic, partition, [fillers])
-            wrong = _misplaced(results, action.start)
-            producer.abort_transaction(self._timeout)
-            end = self._end_after_marker(topic, partition, action)
-        except KafkaException as exc:
-            wrong = exc.args[0]
-        return self._after_transaction(key, action, wrong, end)
-
-    def _empty_abort(self, key: tuple[str, int], action: Action) -> Any:
-        """A gap of one offset: a transaction that adds the partition without a record and
-        is aborted; its marker takes ``action.start``. None when done, else the error."""
+    def _gap_transaction(self, gaps: dict[tuple[str, int], Action]
+                         ) -> dict[tuple[str, int], Any]:
+        """One aborted transaction writing the gap of every partition in ``gaps`` (each
+        settled: its log ends at its gap's start, nothing of it in flight): the partitions of
+        gaps of one added without a record, the fillers of the others; EndTxn abort; then
+        every partition's marker awaited. Per partition: None when its gap is filled as
+        planned, else the error."""
         from ..producer import register_partition
 
-        topic, partition = key
-        end = -1
+        self.gap_transactions += 1
+        ends = dict.fromkeys(gaps, -1)
+        wrong: dict[tuple[str, int], Any] = dict.fromkeys(gaps)
         try:
             producer = self._txn_producer()
             producer.begin_transaction()
-            register_partition(producer, topic, partition, self._timeout)
+            for (topic, partition), action in gaps.items():
+                if action.step == Step.MARKER:
+                    register_partition(producer, topic, partition, self._timeout)
+            fills = {key: action for key, action in gaps.items() if action.step == Step.FILL}
+            wrong.update(self._write_fillers(producer, fills))
             producer.abort_transaction(self._timeout)
-            end = self._end_after_marker(topic, partition, action)
-            wrong: Any = None
+            for (topic, partition), action in gaps.items():
+                ends[(topic, partition)] = self._end_after_marker(topic, partition, action)
         except KafkaException as exc:
-            wrong = exc.args[0]
-        return self._after_transaction(key, action, wrong, end)
+            wrong = dict.fromkeys(gaps, exc.args[0])
+        return {key: self._after_transaction(key, action, wrong[key], ends[key])
+                for key, action in gaps.items()}
+
+    def _write_fillers(self, producer: Any, fills: dict[tuple[str, int], Action]
+                       ) -> dict[tuple[str, int], Any]:
+        """Every gap's fillers as columns through the engine's bulk lane (one report per
+        batch, no object per record: a gap of a million offsets, a source log start, costs
+        about what a million tiny records cost), then every acknowledgement awaited. Per
+        partition: None when its fillers landed from the gap's start on, else what went
+        wrong."""
+        outcomes: dict[tuple[str, int], list] = {}
+        for key, action in fills.items():
+            found = outcomes[key] = []
+            n = action.count
+            # an empty key, not none: a compacted topic takes no record without a key
+            producer.produce_arrays(key[0], [None] * n, keys=[b""] * n,
+                                    headers=[_FILLER_HEADERS] * n, partition=key[1],
+                                    per_record=False,
+                                    on_delivery=lambda err, report, found=found:
+                                    found.append((err, report)))
+        left = producer.flush(self._timeout)
+        wrong: dict[tuple[str, int], Any] = {}
+        for key, action in fills.items():
+            wrong[key] = (KafkaError(KafkaError._TIMED_OUT, f"{left} fillers not acknowledged "
+                                     "in time") if left else
+                          _batches_misplaced(outcomes[key], action.start, action.count))
+        return wrong
 
     def _after_transaction(self, key: tuple[str, int], action: Action, wrong: Any,
                            end: int) -> Any:

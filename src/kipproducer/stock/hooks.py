@@ -12,8 +12,9 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import OffsetOrderError
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
-from .emulation import Emulation, Rows, Sink
+from .emulation import Emulation
 from .probe import EmulationUnsupported
+from .rows import Rows, Sink
 
 log = logging.getLogger("kipproducer.stock")
 #: The longest the emulation waits for an acknowledgement, a marker or a decided transaction.
