@@ -316,12 +316,49 @@ def log_ends(props: Mapping[str, str], topic: str, partitions: list[int]) -> dic
     return {tp.partition: f.result(60).offset for tp, f in found.items()}
 
 
+def copy_writer_id(topic: str, partition: int) -> str:
+    """The emulation's transactional id for an offset copy into one target partition on a
+    cluster without the KIP-WIRE extension (docs/stock-clusters.md): the same for every
+    attempt and every job writing that partition, so a retried or re-run task fences the
+    attempt before it (whose transaction of fillers may still be open) before it writes."""
+    return f"kip-copy-{topic}-{partition}"
+
+
+class _OffsetWriters:
+    """The Producers of an offset-copy task. With the extension, one for every partition;
+    on a stock cluster (emulated, docs/stock-clusters.md) one per target partition, since the
+    emulation's transactional id belongs to the partition (copy_writer_id), not to the task:
+    tasks and attempts that write the same partition then fence each other, as they must."""
+
+    def __init__(self, props: Mapping[str, Any]) -> None:
+        from ..producer import Producer
+
+        self._make = lambda extra: Producer({**props, "enable.idempotence": True, **extra})
+        self._shared = self._make({})
+        self._own: dict[tuple[str, int], Any] = {}
+
+    def __call__(self, topic: str, partition: int) -> Any:
+        if self._shared.kip_mode(topic) == "native":
+            return self._shared
+        key = (topic, partition)
+        writer = self._own.get(key)
+        if writer is None:
+            writer = self._own[key] = self._make(
+                {"kip.emulation.transactional.id": copy_writer_id(topic, partition)})
+        return writer
+
+    def flush(self, timeout_s: float) -> int:
+        return sum(p.flush(timeout_s) for p in (self._shared, *self._own.values()))
+
+    def close(self) -> None:
+        for producer in (self._shared, *self._own.values()):
+            producer.close()
+
+
 def write_offsets(wo: WriteOptions, batches: Iterator[Any]) -> Message:
     """KIP-391: each record at its ``offset``; offsets below the target's log end (as the
     task found it) are skipped, so a retried attempt or a rerun job continues the copy."""
-    from ..producer import Producer
-
-    producer = Producer({**wo.props, "enable.idempotence": True})
+    writers = _OffsetWriters(wo.props)
     failures = _Failures()
     ends: dict[tuple[str, int], int] = {}
     last: dict[tuple[str, int], int] = {}
@@ -351,16 +388,17 @@ def write_offsets(wo: WriteOptions, batches: Iterator[Any]) -> Message:
                     if not keep.any():
                         continue
                     chosen, offsets = chosen[keep], offsets[keep]
-                    producer.produce_arrays(topic, partition=partition, offsets=offsets,
-                                            on_delivery=failures, **rows.take(chosen))
+                    writers(topic, partition).produce_arrays(
+                        topic, partition=partition, offsets=offsets, on_delivery=failures,
+                        **rows.take(chosen))
                     records += len(chosen)
-        left = producer.flush(wo.flush_timeout_s)
+        left = writers.flush(wo.flush_timeout_s)
         if left:
             raise TimeoutError(f"{left} records not delivered in {wo.flush_timeout_s:.0f} s")
         failures.check("produce with offsets")
         return Message(records)
     finally:
-        producer.close()
+        writers.close()
 
 
 class _Target:
