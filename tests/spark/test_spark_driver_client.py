@@ -14,7 +14,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.engine.cluster_queries import ClusterQueries, ClusterQueryError
+from kipproducer.engine.connection import BrokerAuthenticationError
 from kipproducer.protocol import error_codes as ec
 from kipproducer.spark.driver_client import EngineDriverClient, driver_client
 from kipproducer.spark.source import EARLIEST, LATEST, KipBatchReader, KipStreamReader
@@ -97,6 +99,31 @@ def test_unreachable_bootstrap_fails_with_one_clear_error(dead_address) -> None:
             q.topics(None)
     assert dead_address in str(info.value)
     assert time.monotonic() - started < 10
+
+
+def test_sasl_scram_and_a_refused_password() -> None:
+    """The driver's client authenticates as the engine does (librdkafka's sasl.* names); a
+    wrong password is refused at once with the broker's reason, not retried to a timeout."""
+    with EmbeddedBroker(config={"sasl.enabled.mechanisms": "SCRAM-SHA-256",
+                                "num.partitions": 2}) as broker:
+        broker.broker.users.add("spark", "pw-spark")
+        conf = {"bootstrap.servers": broker.bootstrap_servers,
+                "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": "spark", "sasl.password": "pw-spark", "log_level": 3}
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic("sasl-driver", 2, 1)])["sasl-driver"].result(30)
+        producer = Producer(conf)
+        producer.produce("sasl-driver", b"x", partition=1)
+        assert producer.flush(30) == 0
+        with ClusterQueries(conf, timeout_s=10) as q:
+            assert q.topics(["sasl-driver"])["sasl-driver"].partition_count == 2
+            assert q.list_offsets({("sasl-driver", 0): LATEST, ("sasl-driver", 1): LATEST}) \
+                == {("sasl-driver", 0): 0, ("sasl-driver", 1): 1}
+        started = time.monotonic()
+        with ClusterQueries({**conf, "sasl.password": "wrong"}, timeout_s=10) as q:
+            with pytest.raises(BrokerAuthenticationError, match="invalid username or password"):
+                q.topics(None)
+        assert time.monotonic() - started < 5
 
 
 @pytest.fixture
