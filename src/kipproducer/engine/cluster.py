@@ -20,6 +20,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kipproducer.protocol import build_request
 from kipproducer.protocol import error_codes as ec
@@ -162,13 +163,17 @@ class Cluster:
                 errors.append(str(exc))
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
 
-    async def refresh(self, topics: list[str] | None = None) -> None:
-        """Metadata for ``topics`` (the known ones if None); serialised, one at a time."""
+    async def refresh(self, topics: list[str] | None = None, *,
+                      every_topic: bool = False) -> list[str]:
+        """Metadata for ``topics`` (the known ones if None; every topic of the cluster with
+        ``every_topic``, a null topic list); serialised, one at a time. The names of the
+        topics the answer holds."""
         async with self._refresh_lock:
             wanted = sorted(set(topics if topics is not None else self.topics))
             conn = await self.any_connection()
             version = conn.version_for(METADATA, 12, 1)
-            fields = {"topics": [{"name": t} for t in wanted]}
+            fields: dict[str, Any] = {"topics": None if every_topic
+                                      else [{"name": t} for t in wanted]}
             if version >= 4:
                 fields["allow_auto_topic_creation"] = self.allow_auto_create_topics
             response = await conn.request(METADATA, version, build_request(
@@ -189,6 +194,7 @@ class Cluster:
                 if node_id >= 0 and node_id not in self.brokers:
                     await conn.close()
                     del self._connections[node_id]
+            return [t.name for t in response.topics]
 
     def leader(self, topic: str, partition: int) -> int:
         meta = self.topics.get(topic)

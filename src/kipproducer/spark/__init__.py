@@ -31,7 +31,7 @@ try:  # pyspark is an extra: without it the package refuses to import, naming th
 except ImportError as exc:
     raise ImportError(f"kipproducer.spark: {MISSING_PYSPARK}", name=__name__) from exc
 
-from .options import OptionError, connection, kafka_properties, lower_keys  # noqa: E402
+from .options import OptionError, kafka_properties, lower_keys  # noqa: E402
 from .source import schema as _read_schema  # noqa: E402
 
 __all__ = ["KipDataSource", "OptionError", "find_java", "prepare_environment",
@@ -177,19 +177,22 @@ def write_ordered(df: Any, topic: str, options: Mapping[str, str], *,
     """
     from pyspark.sql import functions as F
 
-    from .sink import log_ends
-
     opts = lower_keys(options)
     props = kafka_properties(opts, writing=True)
-    from confluent_kafka.admin import AdminClient
+    from .driver_client import LATEST, driver_client
 
-    metadata = AdminClient(connection(props)).list_topics(topic, timeout=30).topics.get(topic)
-    if metadata is None or metadata.error is not None:
-        raise OptionError(f"write_ordered: topic {topic!r} does not exist "
-                          f"({metadata.error if metadata is not None else 'no metadata'})")
-    count = len(metadata.partitions)
-    bases = dict(base_offsets) if base_offsets is not None else log_ends(props, topic,
-                                                                           list(range(count)))
+    client = driver_client(props)  # read_uncommitted: the log ends, open transactions too
+    try:
+        count = client.partition_counts([topic]).get(topic)
+        if count is None:
+            raise OptionError(f"write_ordered: topic {topic!r} does not exist")
+        if base_offsets is not None:
+            bases = dict(base_offsets)
+        else:
+            ends = client.list_offsets({(topic, p): LATEST for p in range(count)})
+            bases = {p: ends[(topic, p)] for p in range(count)}
+    finally:
+        client.close()
     columns = {c.lower(): c for c in df.columns}
     if "partition" not in columns:
         key, value = F.col(columns["key"]) if "key" in columns else F.lit(None), \

@@ -1,12 +1,14 @@
 """``spark.read.format("kip")`` / ``spark.readStream.format("kip")``: Kafka records as a
 DataFrame, with the options and columns of Spark's built-in Kafka source.
 
-The driver plans one Spark partition per Kafka offset range [start, end) (more with
-``minPartitions``); a task reads its range with a librdkafka consumer that is only assigned,
-never subscribed (it joins no group, commits nothing). A range ends at its end offset even
-when the last offsets hold no record for this reader (compacted away, transaction markers,
-aborted records under read_committed): the consumer's fetch position says how far the log
-was read, so the task never waits for a record that cannot come.
+The driver asks the cluster for partitions and offsets with the project's own client
+(driver_client.py) and plans one Spark partition per Kafka offset range [start, end) (more
+with ``minPartitions``); a task reads its range with the project's Fetch reader
+(fetch_read.py; a librdkafka consumer only where that reader cannot connect), which is only
+assigned, never subscribed (it joins no group, commits nothing). A range ends at its end
+offset even when the last offsets hold no record for this reader (compacted away,
+transaction markers, aborted records under read_committed): the fetch position says how far
+the log was read, so the task never waits for a record that cannot come.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from .driver_client import DriverClient, driver_client
 from .options import (
     OptionError,
-    connection,
     kafka_properties,
     lower_keys,
     parse_bool,
@@ -107,6 +109,7 @@ class ReadPlan:
             except re.error as exc:
                 raise OptionError(f"option 'subscribePattern' is not a regex: {exc}") from None
         self.streaming = streaming
+        self._client: DriverClient | None = None  # made on first use (client())
         self.starting = opts.get("startingoffsets", "latest" if streaming else "earliest")
         self.ending = opts.get("endingoffsets", "latest")
         if streaming and "endingoffsets" in opts:
@@ -129,19 +132,17 @@ class ReadPlan:
         if self.ts_strategy not in ("error", "latest"):
             raise OptionError("option 'startingOffsetsByTimestampStrategy' must be error or "
                               f"latest, got {self.ts_strategy!r}")
+        if not streaming:
+            for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+                if name.lower() in opts:
+                    raise OptionError(f"option '{name}' is for streaming queries only")
         self.max_offsets = (parse_int(opts, "maxOffsetsPerTrigger", 0, 1)
                             if "maxoffsetspertrigger" in opts else None)
-        if self.max_offsets is not None and not streaming:
-            raise OptionError("option 'maxOffsetsPerTrigger' is for streaming queries only")
         # A micro-batch waits until it has minOffsetsPerTrigger new offsets, or until
         # maxTriggerDelay has passed since the last one ran (Spark's Kafka source rule).
         self.min_offsets = (parse_int(opts, "minOffsetsPerTrigger", 0, 1)
                             if "minoffsetspertrigger" in opts else None)
         self.max_trigger_delay_ms = parse_duration_ms(opts, "maxTriggerDelay", 15 * 60_000)
-        if not streaming:
-            for name in ("minOffsetsPerTrigger", "maxTriggerDelay"):
-                if name.lower() in opts:
-                    raise OptionError(f"option '{name}' is for streaming queries only")
         if (self.min_offsets is not None and self.max_offsets is not None
                 and self.min_offsets > self.max_offsets):
             raise OptionError(f"option 'minOffsetsPerTrigger' ({self.min_offsets}) is larger "
@@ -167,71 +168,59 @@ class ReadPlan:
 
     # ---- metadata -----------------------------------------------------------------------------
 
-    def _admin(self):
-        from confluent_kafka.admin import AdminClient
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark pickles the reader (and so this plan) for its tasks: the driver's client, its
+        # sockets and event loop thread stay on the driver.
+        return {**self.__dict__, "_client": None}
 
-        return AdminClient(connection(self.props))
+    def client(self) -> DriverClient:
+        """The driver's metadata / ListOffsets client, made once and kept (a streaming
+        query's micro-batches reuse its connections)."""
+        if self._client is None:
+            check_reachable(self.props["bootstrap.servers"])
+            self._client = driver_client(self.props, self.isolation)
+        return self._client
+
+    def close(self) -> None:
+        """Close the driver's client (made again when asked for once more)."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
     def partitions(self) -> list[tuple[str, int]]:
         """Every (topic, partition) the options select, as the cluster has them now."""
-        check_reachable(self.props["bootstrap.servers"])
-        admin = self._admin()
-        metadata = admin.list_topics(timeout=30)
+        client = self.client()
         if self.how == "assign":
+            counts = client.partition_counts(sorted(self.assigned))
             for topic, parts in self.assigned.items():
-                known = metadata.topics.get(topic)
-                if known is None or known.error is not None:
+                count = counts.get(topic)
+                if count is None:
                     raise OptionError(f"option 'assign': topic {topic!r} does not exist")
-                missing = sorted(set(parts) - set(known.partitions))
+                missing = sorted(p for p in set(parts) if not 0 <= p < count)
                 if missing:
-                    count = len(known.partitions)
                     raise OptionError(
                         f"option 'assign': topic {topic!r} has {count} partitions "
                         f"(0-{count - 1}); partitions {missing} do not exist")
             return sorted((t, p) for t, ps in self.assigned.items() for p in ps)
         if self.how == "subscribe":
-            names = [t for t in self.topics if t in metadata.topics
-                     and metadata.topics[t].error is None]
+            counts = client.partition_counts(self.topics)
         else:  # internal topics (__consumer_offsets, ...) are not matched, as in Kafka
-            names = [t for t in metadata.topics
-                     if not t.startswith("__") and self.pattern.fullmatch(t)]
-        return sorted((t, p) for t in names for p in metadata.topics[t].partitions)
+            counts = {t: n for t, n in client.partition_counts(None).items()
+                      if not t.startswith("__") and self.pattern.fullmatch(t)}
+        return sorted((t, p) for t, n in counts.items() for p in range(n))
 
     def list_offsets(self, tps: Sequence[tuple[str, int]], which: int) -> dict[tuple[str, int],
                                                                              int]:
         """The earliest offset, or the latest (the last stable offset under read_committed,
         the high watermark otherwise) of each partition."""
-        if not tps:
-            return {}
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        spec = OffsetSpec.earliest() if which == EARLIEST else OffsetSpec.latest()
-        level = (IsolationLevel.READ_COMMITTED if self.isolation == "read_committed"
-                 else IsolationLevel.READ_UNCOMMITTED)
-        admin = self._admin()  # kept referenced: a collected client fails its futures
-        found = admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
-                                   isolation_level=level, request_timeout=30)
-        return {(tp.topic, tp.partition): future.result(60).offset
-                for tp, future in found.items()}
+        return self.client().list_offsets({tp: which for tp in tps})
 
     def offsets_for_times(self, tps: Sequence[tuple[str, int]],
                           timestamps: Mapping[tuple[str, int], int]) -> dict[tuple[str, int],
                                                                             int]:
         """The first offset whose record's timestamp is at or after the given one, per
         partition; -1 when no record is that recent (ListOffsets by timestamp)."""
-        if not tps:
-            return {}
-        from confluent_kafka import IsolationLevel, TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        level = (IsolationLevel.READ_COMMITTED if self.isolation == "read_committed"
-                 else IsolationLevel.READ_UNCOMMITTED)
-        admin = self._admin()
-        found = admin.list_offsets({TopicPartition(t, p): OffsetSpec.for_timestamp(
-            timestamps[(t, p)]) for t, p in tps}, isolation_level=level, request_timeout=30)
-        return {(tp.topic, tp.partition): future.result(60).offset
-                for tp, future in found.items()}
+        return self.client().list_offsets({tp: timestamps[tp] for tp in tps})
 
     def _by_timestamp(self, given: int | Mapping[tuple[str, int], int], name: str,
                       tps: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -490,9 +479,12 @@ class KipBatchReader(DataSourceReader):  # type: ignore[misc]
         self.options = self.plan.options
 
     def partitions(self) -> Sequence[OffsetRange]:
-        tps = self.plan.partitions()
-        start = self.plan.starting_offsets(tps)
-        end = self.plan.ending_offsets(tps)
+        try:
+            tps = self.plan.partitions()
+            start = self.plan.starting_offsets(tps)
+            end = self.plan.ending_offsets(tps)
+        finally:
+            self.plan.close()  # a batch read plans once
         ranges = self.plan.ranges(start, end)
         # Spark runs a read with no partition as one with a single empty partition.
         return ranges or [OffsetRange("", -1, 0, 0)]
@@ -587,6 +579,10 @@ class KipStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # t
 
     def read(self, partition: OffsetRange) -> Iterator[Any]:
         return read_range(self.props, self.options, partition)
+
+    def stop(self) -> None:
+        """The query ends: close the driver's connections."""
+        self.plan.close()
 
     def commit(self, end: dict) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets; no group offsets are
