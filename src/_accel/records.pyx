@@ -610,9 +610,12 @@ cdef class Batch:
         The producer's per-record delivery path (confluent-kafka's on_delivery contract):
         records are parsed straight from the batch and each Message is filled in place when
         kipproducer.message_layout vouched for ``message_type``'s layout, else built with
-        one positional call (the keyword form costs three times as much). ``base_offset`` is
-        where the broker put record 0 (-1: unknown, every offset reported as -1). Returns
-        how many callbacks ran.
+        one positional call (the keyword form costs three times as much). A filled Message
+        the callback did not keep (nothing else holds it, no setter changed it) is filled
+        again for the next record: most callbacks only look at the report, and then the run
+        allocates no Message (and no headers list) per record. ``base_offset`` is where the
+        broker put record 0 (-1: unknown, every offset reported as -1). Returns how many
+        callbacks ran.
         """
         cdef RecordView r
         cdef const unsigned char *p
