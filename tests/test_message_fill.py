@@ -116,6 +116,50 @@ def test_deliver_fills_what_the_fallback_builds(base_offset, error, log_append):
     assert [m for _, m in filled] == [m for _, m in built]
 
 
+def _snapshots(data: bytes, tamper) -> list:
+    """Each report's accessors, read in the callback; ``tamper(i, msg)`` then does what a
+    callback may do to a report it does not keep (or keeps: it returns True)."""
+    got, kept = [], []
+
+    def on_delivery(err, msg) -> None:
+        seen = _accessors(msg)  # the headers as a tuple: holding the list would pin it
+        got.append(seen[:5] + (None if seen[5] is None else tuple(seen[5]),) + seen[6:])
+        if tamper(len(got) - 1, msg):
+            kept.append(msg)
+
+    (batch,) = decode_batches(data, validate=False)
+    assert batch.deliver(0, batch.record_count, 5, "reports", 3, None, on_delivery, Message,
+                         TIMESTAMP_CREATE_TIME) == batch.record_count
+    return got
+
+
+def _touch(i: int, msg) -> bool:
+    """Change some reports the callback drops, keep every fifth: the next reports must not
+    show any of it."""
+    if i % 4 == 1 and msg.headers() is not None:
+        msg.headers().append(("added", b"by the callback"))
+    elif i % 4 == 2:
+        msg.set_key(b"changed")
+        msg.set_headers([("replaced", b"1")])
+    elif i % 4 == 3:
+        msg.set_value(None)
+        msg.set_error(KafkaError(KafkaError._FAIL))
+    return i % 5 == 0
+
+
+def test_reports_the_callback_drops_or_changes_are_exact():
+    """A report the callback did not keep carries the next record (recycled in place): what
+    every callback sees is what a fresh report of that record holds, however the callback
+    used the earlier ones (kept them, changed their headers list, called their setters)."""
+    data = _batch(400)
+    recycled = _snapshots(data, lambda i, msg: False)
+    changed = _snapshots(data, _touch)
+    message_layout.disable()
+    built = _snapshots(data, lambda i, msg: False)
+    assert recycled == built
+    assert changed == built
+
+
 def test_no_leak_over_many_reports():
     data = _batch(1000)
     (batch,) = decode_batches(data, validate=False)

@@ -13,7 +13,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
 from libc.string cimport memcmp, memcpy
 from cpython.object cimport PyObject, PyTypeObject
-from cpython.ref cimport Py_INCREF
+from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport Py_INCREF, Py_REFCNT, Py_XDECREF
 cimport cython
 
 from batch_layout cimport (
@@ -340,6 +341,61 @@ cdef object new_message(object topic, int32_t partition, int64_t offset, object 
     return message
 
 
+cdef inline void swap_reference(char *message, Py_ssize_t at, object value) noexcept:
+    # put_reference over a field that may hold a reference already: the old one is dropped
+    # after the new one is in place (dropping a key, value or headers list runs no Python).
+    cdef PyObject *old = (<PyObject **>(message + at))[0]
+    if value is None:
+        (<PyObject **>(message + at))[0] = NULL
+    else:
+        Py_INCREF(value)
+        (<PyObject **>(message + at))[0] = <PyObject *>value
+    Py_XDECREF(old)
+
+
+cdef inline bint recyclable(object message, const char *image) noexcept:
+    """The report the last callback got can carry the next record instead of a new one: no
+    one else holds it (the callback kept no reference) and its bytes are still the ones the
+    fill wrote (``image``; no setter ran on it, so every field is known)."""
+    return (message is not None and Py_REFCNT(message) == 1
+            and memcmp(<char *><PyObject *>message + FILL.head, image + FILL.head,
+                       FILL.size - FILL.head) == 0)
+
+
+cdef inline void refill_message(object message, int64_t offset, object key, object value,
+                                object headers, int64_t timestamp) noexcept:
+    """A recyclable report (same topic, partition, error and timestamp type) for the next
+    record: what new_message would write for it, over the fields that change per record."""
+    cdef char *p = <char *><PyObject *>message
+    swap_reference(p, FILL.key_at, key)
+    swap_reference(p, FILL.value_at, value)
+    cdef PyObject *want = NULL if headers is None else <PyObject *>headers
+    if want != (<PyObject **>(p + FILL.headers_at))[0]:  # not the list it holds already
+        swap_reference(p, FILL.headers_at, headers)
+    if offset < 0:
+        offset = FILL.offset_unset
+    memcpy(p + FILL.offset_at, &offset, 8)
+    memcpy(p + FILL.timestamp_at, &timestamp, 8)
+
+
+cdef inline object headers_held(object message):
+    """The headers list a filled report holds (None for NULL)."""
+    cdef PyObject *held = (<PyObject **>(<char *><PyObject *>message + FILL.headers_at))[0]
+    return None if held == NULL else <object>held
+
+
+cdef inline bint same_list(object kept, list pairs) noexcept:
+    """``kept`` (a report's headers, maybe NULL-as-None) is an unshared list holding exactly
+    ``pairs``' (immutable) items: nothing changed it, it can be handed out again."""
+    cdef Py_ssize_t i, n = len(pairs)
+    if kept is None or type(kept) is not list or Py_REFCNT(kept) != 2 or len(<list>kept) != n:
+        return False
+    for i in range(n):
+        if PyList_GET_ITEM(<list>kept, i) != PyList_GET_ITEM(pairs, i):
+            return False
+    return True
+
+
 def fill_message(topic, int32_t partition, int64_t offset, key, value, headers, error,
                  int tstype, int64_t timestamp):
     """One filled Message (for the layout check and tests); TypeError when the fill is off."""
@@ -554,9 +610,12 @@ cdef class Batch:
         The producer's per-record delivery path (confluent-kafka's on_delivery contract):
         records are parsed straight from the batch and each Message is filled in place when
         kipproducer.message_layout vouched for ``message_type``'s layout, else built with
-        one positional call (the keyword form costs three times as much). ``base_offset`` is
-        where the broker put record 0 (-1: unknown, every offset reported as -1). Returns
-        how many callbacks ran.
+        one positional call (the keyword form costs three times as much). A filled Message
+        the callback did not keep (nothing else holds it, no setter changed it) is filled
+        again for the next record: most callbacks only look at the report, and then the run
+        allocates no Message (and no headers list) per record. ``base_offset`` is where the
+        broker put record 0 (-1: unknown, every offset reported as -1). Returns how many
+        callbacks ran.
         """
         cdef RecordView r
         cdef const unsigned char *p
@@ -570,6 +629,11 @@ cdef class Batch:
         cdef object timestamp = None, headers
         # Filled in place when the layout probe vouched for this type (message_layout.py)
         cdef bint fill = FILL_TYPE is not None and message_type is FILL_TYPE
+        # The last filled report and its bytes as written: when the callback kept no reference
+        # to it, it carries the next record (no allocation, no deallocation, no GC tracking).
+        cdef object message = None, kept
+        cdef char image[MESSAGE_MAX_SIZE]
+        cdef bint same_headers
         if end > self.record_count:
             end = self.record_count
         if start >= end:
@@ -592,26 +656,45 @@ cdef class Batch:
             self._cursor = p
             self._cursor_index = i + 1
             offset = base_offset + r.offset_delta if base_offset >= 0 else -1
+            same_headers = False
             if r.header_count:
                 # Records of a batch often carry the same headers: the same bytes give the
-                # same (immutable) pairs, in a new list for each Message.
+                # same (immutable) pairs, in a new list for each Message (or the recycled
+                # report's own list, when nothing else holds or changed it).
                 if (headers_of is not None and p - r.headers == headers_len
                         and len(headers_of) == r.header_count
                         and memcmp(r.headers, headers_at, headers_len) == 0):
-                    headers = list(headers_of)
+                    same_headers = True
                 else:
                     headers_of = read_headers(r.headers, r.header_count)
                     headers_at = r.headers
                     headers_len = p - r.headers
-                    headers = list(headers_of)
+                headers = None
             else:
                 headers = None
             ts = self.max_timestamp if log_append else self.base_timestamp + r.timestamp_delta
             if fill:
-                callback(error, new_message(
-                    topic, partition, offset, blob_to_bytes(r.key, r.key_size),
-                    blob_to_bytes(r.value, r.value_size), headers, error, timestamp_type, ts))
+                if recyclable(message, image):
+                    if r.header_count:
+                        kept = headers_held(message)
+                        headers = kept if same_headers and same_list(kept, headers_of) \
+                            else list(headers_of)
+                        kept = None
+                    refill_message(message, offset, blob_to_bytes(r.key, r.key_size),
+                                   blob_to_bytes(r.value, r.value_size), headers, ts)
+                else:
+                    if r.header_count:
+                        headers = list(headers_of)
+                    message = new_message(
+                        topic, partition, offset, blob_to_bytes(r.key, r.key_size),
+                        blob_to_bytes(r.value, r.value_size), headers, error, timestamp_type,
+                        ts)
+                headers = None
+                memcpy(image, <char *><PyObject *>message, FILL.size)
+                callback(error, message)
                 continue
+            if r.header_count:
+                headers = list(headers_of)
             if timestamp is None or ts != last_ts:  # an immutable tuple: shared while it holds
                 timestamp = (timestamp_type, ts)
                 last_ts = ts

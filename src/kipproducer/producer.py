@@ -42,7 +42,7 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from . import _accumulator, client_config
-from ._accumulator import BatchDelivery, ReportTarget, report_runs
+from ._accumulator import BatchDelivery, ReportTarget, has_kip_keys, report_runs
 from .clients import with_logger
 from .engine.config import ConfigError, EngineConfig
 from .engine.group_metadata import GroupMetadata
@@ -270,7 +270,7 @@ class Producer(confluent_kafka.Producer):
                     m["_error"] = refused
                 return 0
         if self._kip_mode != "native" and self._kip_topic_modes.get(topic) != "native" \
-                and _stock.has_kip_keys(messages) and self._kip_topic_mode(topic) == "emulated":
+                and has_kip_keys(messages) and self._kip_topic_mode(topic) == "emulated":
             return _stock.produce_batch(self._emulation_or_start(), topic, messages, partition,
                                         on_delivery or self._default_on_delivery)
         from ._accumulator import message_keys, scan_messages

@@ -21,13 +21,6 @@ log = logging.getLogger("kipproducer.stock")
 MAX_WAIT_S = 60.0
 
 
-def has_kip_keys(messages: list[dict]) -> bool:
-    for m in messages:
-        if "offset" in m or "expected_offset" in m:
-            return True
-    return False
-
-
 def new_emulation(conf: Mapping[str, Any], bulk_send: Callable,
                   bulk_settle: Callable) -> Emulation:
     """The emulation of a Producer with configuration ``conf``; ``bulk_send`` writes a run at
