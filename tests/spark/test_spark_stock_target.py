@@ -13,7 +13,10 @@ import pytest
 from mirror_support import compacted_topic, read, stable, transactions, trim, unique
 from test_spark_kafka import create
 
+from kipproducer import spark as kip_spark
 from kipproducer.broker.embedded import EmbeddedBroker
+from kipproducer.protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL
+from kipproducer.spark.options import OptionError
 
 
 def same(got: dict, want: dict) -> None:
@@ -61,3 +64,27 @@ def test_offset_copy_onto_a_stock_target_keeps_offsets_and_resumes(spark, source
     copy()  # resumed from the target's log ends: nothing written twice
     stable(stock.bootstrap_servers, topic, 3)
     same(read(stock.bootstrap_servers, topic, 3), want)
+
+
+def test_driver_sees_which_leaders_lack_the_extension(source, stock) -> None:
+    from kipproducer.spark.driver_client import driver_client
+
+    topic = unique("stock-features")
+    for broker in (source, stock):
+        create(broker, topic, 3)
+    native = driver_client({"bootstrap.servers": source.bootstrap_servers})
+    stand_in = driver_client({"bootstrap.servers": stock.bootstrap_servers})
+    try:
+        assert native.leaders_lacking(topic, FEATURE_PRODUCE_CONDITIONAL) == []
+        assert stand_in.leaders_lacking(topic, FEATURE_PRODUCE_CONDITIONAL) == [0, 1, 2]
+    finally:
+        native.close()
+        stand_in.close()
+
+
+def test_write_ordered_onto_a_stock_target_is_refused_before_any_task(spark, stock) -> None:
+    topic = create(stock, unique("stock-ordered"), 2)
+    df = spark.createDataFrame([(b"k", b"v")], "key binary, value binary")
+    with pytest.raises(OptionError, match="do not have KIP-27.*transactional sink"):
+        kip_spark.write_ordered(df, topic, {"kafka.bootstrap.servers": stock.bootstrap_servers})
+    assert read(stock.bootstrap_servers, topic, 2) == {0: [], 1: []}

@@ -89,6 +89,16 @@ async def refresh(cluster: Cluster, topics: list[str] | None, *,
             await asyncio.sleep(RETRY_BACKOFF_S)
 
 
+async def _leaders_lacking(cluster: Cluster, topic: str, feature: str) -> list[int]:
+    meta = (await partitions_of(cluster, [topic]))[topic]
+    lacking = []
+    for partition in range(meta.partition_count):
+        conn = await cluster.connection(cluster.leader(topic, partition))
+        if not conn.supports_feature(feature):
+            lacking.append(partition)
+    return lacking
+
+
 async def list_offsets(cluster: Cluster, wanted: Mapping[TopicPartition, int], *,
                        read_committed: bool, timeout_s: float) -> dict[TopicPartition, int]:
     """The offset ListOffsets answers for each partition: ``wanted`` maps it to -2
@@ -238,6 +248,11 @@ class ClusterQueries:
             return {}
         return self._run(list_offsets(self.cluster, wanted, read_committed=self.read_committed,
                                       timeout_s=self.timeout_s))
+
+    def leaders_lacking(self, topic: str, feature: str) -> list[int]:
+        """The partitions of ``topic`` whose leader does not announce the KIP-WIRE
+        ``feature`` (docs/protocol.md §1): all of them on a stock cluster."""
+        return self._run(_leaders_lacking(self.cluster, topic, feature))
 
     def close(self) -> None:
         self._close()

@@ -31,6 +31,7 @@ try:  # pyspark is an extra: without it the package refuses to import, naming th
 except ImportError as exc:
     raise ImportError(f"kipproducer.spark: {MISSING_PYSPARK}", name=__name__) from exc
 
+from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL  # noqa: E402
 from .options import OptionError, kafka_properties, lower_keys  # noqa: E402
 from .source import schema as _read_schema  # noqa: E402
 
@@ -186,6 +187,15 @@ def write_ordered(df: Any, topic: str, options: Mapping[str, str], *,
         count = client.partition_counts([topic]).get(topic)
         if count is None:
             raise OptionError(f"write_ordered: topic {topic!r} does not exist")
+        if client.leaders_lacking(topic, FEATURE_PRODUCE_CONDITIONAL):
+            # Emulated KIP-27 (docs/stock-clusters.md) is a transaction per append: an attempt
+            # that dies mid-write leaves aborted rows that read_uncommitted readers see, and
+            # its markers move every later row's offset; write_ordered promises neither.
+            raise OptionError(
+                f"write_ordered: the brokers of {topic!r} do not have KIP-27 (conditional "
+                "produce, the KIP-WIRE extension); on a cluster without it use the "
+                "transactional sink (df.write.format('kip'), exactly once for read_committed "
+                "readers)")
         if base_offsets is not None:
             bases = dict(base_offsets)
         else:

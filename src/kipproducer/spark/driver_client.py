@@ -31,6 +31,10 @@ class DriverClient(Protocol):
     def list_offsets(self, wanted: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """``{(topic, partition): -2 | -1 | timestamp ms}`` -> ListOffsets' offsets."""
 
+    def leaders_lacking(self, topic: str, feature: str) -> list[int]:
+        """The partitions whose leader does not announce a KIP-WIRE feature ([] when the
+        client cannot tell)."""
+
     def close(self) -> None: ...
 
 
@@ -56,6 +60,9 @@ class EngineDriverClient:
 
     def list_offsets(self, wanted: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         return self.queries.list_offsets(wanted)
+
+    def leaders_lacking(self, topic: str, feature: str) -> list[int]:
+        return self.queries.leaders_lacking(topic, feature)
 
     def close(self) -> None:
         self.queries.close()
@@ -96,6 +103,9 @@ class RdkafkaDriverClient:
             isolation_level=level, request_timeout=TIMEOUT_S)
         return {(tp.topic, tp.partition): future.result(2 * TIMEOUT_S).offset
                 for tp, future in found.items()}
+
+    def leaders_lacking(self, topic: str, feature: str) -> list[int]:
+        return []  # librdkafka does not show the broker's features: the tasks find out
 
     def close(self) -> None:
         pass  # librdkafka closes the AdminClient when it is collected
