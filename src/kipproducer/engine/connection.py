@@ -293,7 +293,9 @@ class BrokerConnection:
         if sasl.mechanism == OAUTHBEARER:
             assert sasl.oauth is not None
             try:
-                token = sasl.oauth.current()
+                # In a thread: a token fetch (oauth_cb, an OIDC endpoint) may take seconds,
+                # and the other connections' requests run on this event loop meanwhile.
+                token = await asyncio.to_thread(sasl.oauth.current)
             except TokenError as exc:
                 raise BrokerAuthenticationError(
                     f"SASL/OAUTHBEARER with {where}: no token: {exc}") from None
