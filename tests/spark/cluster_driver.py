@@ -75,9 +75,9 @@ def sink(spark, bootstrap: str, topic: str, n: int, marker: str) -> None:
 
 
 def sink_while_killed(spark, bootstrap: str, topic: str, n: int, pauses: str) -> None:
-    """N rows (key k<i>, value v<i>) in 4 tasks of 4 batches each: each first attempt pauses
-    in its third batch (pause_until_killed), so its writer has produced the first two in
-    its open transaction when the test kills the worker running one of them."""
+    """N rows (key k<i>, value v<i>) in 4 tasks of 4 Arrow batches each: each first attempt
+    pauses in its third batch (pause_until_killed), halfway through its rows, when the test
+    kills the worker running one of them."""
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(n // 16))
