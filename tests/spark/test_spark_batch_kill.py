@@ -114,7 +114,7 @@ def test_driver_killed_before_then_between_its_commits_then_recovered(target,
     # visible ends where the first open one begins).
     kill_when_reached(bootstrap, topic, write_id, "stop-between", tmp_path)
     assert sum(values(bootstrap, topic, "read_uncommitted").values()) == 2 * ROWS
-    assert 0 < sum(values(bootstrap, topic).values()) < ROWS
+    assert sum(values(bootstrap, topic).values()) < ROWS
     # The next re-run finishes the recorded commit before writing, then writes nothing again.
     run_to_the_end(bootstrap, topic, write_id, tmp_path)
     stable(bootstrap, topic, PARTITIONS)
