@@ -30,11 +30,16 @@ SparkSession each) and a last table gives local[2] over local[1] per contender.
 With ``--readers-only`` (issue 25) the rows are written once (by a confluent Producer: no
 transaction markers) and only the two readers are measured, alternating, under their own heading.
 
+With ``--cluster-workers 1,2`` (issue 25) the kip sink and the kip source alone run the same
+way on a Spark standalone cluster of 1 and then 2 workers of one core each
+(kipproducer.spark.standalone, on this machine), and a last row gives the scaling ratio.
+
 ``--raw-reader`` runs only the source's task code (kipproducer.spark.fetch_read.read_range)
 in this process, without Spark, and prints its rate per CPU-second.
 
 Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
-       [--masters local[2]] [--readers-only | --raw-reader] [--write bench/RESULTS.md]
+       [--masters local[2] | --cluster-workers 1,2] [--readers-only | --raw-reader]
+       [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -61,6 +66,9 @@ CONSUMER = "confluent foreachPartition consumer"
 SOURCE = "kip source"
 WRITERS = (CONFLUENT, KIP, ORDERED)
 READERS = (CONSUMER, SOURCE)
+CLUSTER = (KIP, SOURCE)  # what --cluster-workers measures
+CLUSTER_HEADING = ("## Spark on a standalone cluster: the kip sink and source on 1 and 2 "
+                   "workers (issue 25)")
 
 
 def confluent_partition(bootstrap: str, topic: str):
@@ -135,8 +143,14 @@ def count(bootstrap: str, topic: str) -> int:
     return seen
 
 
-def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str, list[float]]:
-    """Seconds per run of every contender on a new SparkSession of ``master``."""
+def measure(master: str, records: int, repeat: int, bootstrap: str,
+            writers: tuple[str, ...] = WRITERS, readers: tuple[str, ...] = READERS,
+            conf: dict[str, str] | None = None,
+            executors: int = 0) -> dict[str, list[float]]:
+    """Seconds per run of every contender of ``writers`` and ``readers`` on a new
+    SparkSession of ``master`` (``conf`` added to its settings; on a cluster, after
+    ``executors`` executors joined). The readers read the confluent writer's topic, or the
+    last writer's when it is not measured."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pyspark.sql import functions as F
 
@@ -144,10 +158,11 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
 
     spark = kip_spark.session(master, "kip-bench", {
         "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "8"})
-    tag = master.replace("[", "").replace("]", "").replace(",", "-")
-    times: dict[str, list[float]] = {name: [] for name in WRITERS + READERS}
+        "spark.sql.shuffle.partitions": "8", **(conf or {})})
+    tag = re.sub(r"[^A-Za-z0-9_-]+", "-", master).strip("-")  # a topic name's characters
+    times: dict[str, list[float]] = {name: [] for name in writers + readers}
     try:
+        wait_for_executors(spark, executors)
         df = (spark.range(0, records, numPartitions=8)
               .select(F.format_string("key-%08d", "id").cast("binary").alias("key"),
                       F.expr("cast(repeat(cast(id % 10 as string), 100) as binary)")
@@ -158,14 +173,15 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
         # Round 0 is a warm-up, not counted: each path's first action starts its Python
         # workers and imports (pyarrow, kipproducer), which cost seconds once per session.
         for r in range(repeat + 1):
-            written_by_confluent = ""
-            for name in WRITERS:
+            read_topic = ""
+            for name in writers:
                 topic = f"{tag}-{name.split()[0]}-{name.split()[-1].strip('()')}-{r}"
                 admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
                 started = time.perf_counter()
+                if not read_topic or name == CONFLUENT:  # the confluent writer's, else the first
+                    read_topic = topic
                 if name == CONFLUENT:
                     df.foreachPartition(confluent_partition(bootstrap, topic))
-                    written_by_confluent = topic
                 elif name == KIP:
                     (df.write.format("kip").option("kafka.bootstrap.servers", bootstrap)
                      .option("topic", topic).mode("append").save())
@@ -177,14 +193,14 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
                     raise SystemExit(f"{name}: {written} records in {topic}, expected "
                                      f"{records}")
                 report(master, r, name, records, elapsed, times)
-            for name in READERS:
+            for name in readers:
                 started = time.perf_counter()
                 if name == CONSUMER:
-                    read = confluent_read(spark, bootstrap, written_by_confluent)
+                    read = confluent_read(spark, bootstrap, read_topic)
                 else:
                     read = (spark.read.format("kip").option("kafka.bootstrap.servers",
                                                             bootstrap)
-                            .option("subscribe", written_by_confluent).load())
+                            .option("subscribe", read_topic).load())
                 read.write.format("noop").mode("overwrite").save()
                 report(master, r, name, records, time.perf_counter() - started, times)
             # the row count once per round, outside the timing
@@ -193,6 +209,69 @@ def measure(master: str, records: int, repeat: int, bootstrap: str) -> dict[str,
     finally:
         spark.stop()
     return times
+
+
+def wait_for_executors(spark, count: int, timeout_s: float = 120) -> None:
+    """On a cluster: the executors start after the session; a run timed before they are all
+    there would measure fewer of them."""
+    deadline = time.monotonic() + timeout_s
+    while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1 < count:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"fewer than {count} executors after {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def measure_cluster(workers: int, records: int, repeat: int,
+                    bootstrap: str) -> dict[str, list[float]]:
+    """The kip sink and the kip source, timed as ``measure`` times them, on a Spark
+    standalone cluster of ``workers`` workers of one core each (kipproducer.spark.standalone:
+    each worker's executor its own JVM and Python workers, on this machine) started for the
+    run and stopped after it."""
+    import tempfile
+    from pathlib import Path
+
+    from kipproducer import spark as kip_spark
+    from kipproducer.spark.standalone import Standalone
+
+    work = Path(tempfile.mkdtemp(prefix=f"kip-bench-standalone-{workers}-"))
+    try:
+        with Standalone(work, workers=workers, cores=1, memory="2g",
+                        java_home=kip_spark.find_java()) as cluster:
+            return measure(cluster.url, records, repeat, bootstrap, writers=(KIP,),
+                           readers=(SOURCE,), executors=workers, conf={
+                               "spark.executor.memory": "1g", "spark.executor.cores": "1",
+                               "spark.pyspark.python": sys.executable})
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cluster_section(args, results: dict[int, dict[str, list[float]]], where: str) -> str:
+    import pyspark
+
+    counts = sorted(results)
+    lines = [CLUSTER_HEADING, "",
+             f"{args.records:,} rows (12-byte keys, 100-byte values, 8 Spark partitions, cached "
+             "on the executors) written by the kip sink (transactional) to a 6-partition topic "
+             f"on one `kip broker` (data dir {where}), then read back by the kip source into a "
+             "`noop` write, on a Spark standalone cluster of N workers of one core each "
+             "(master, workers and their executors on this machine; the driver too); one "
+             f"warm-up round, then {args.repeat} alternating runs each, median; "
+             f"`python bench/side_by_side_spark.py --cluster-workers {args.cluster_workers} "
+             f"--records {args.records} --repeat {args.repeat}`. pyspark "
+             f"{pyspark.__version__}. Machine: {machine()}.", "",
+             "| workers | " + " | ".join(f"{name} rows/s (median)" for name in CLUSTER)
+             + " |", "|---|" + "---|" * len(CLUSTER)]
+    for n in counts:
+        lines.append(f"| {n} | " + " | ".join(
+            f"{args.records / statistics.median(results[n][name]):,.0f}" for name in CLUSTER)
+            + " |")
+    median = {n: {name: statistics.median(results[n][name]) for name in CLUSTER}
+              for n in counts}
+    for n in counts[1:]:  # the scaling ratio: rows/s on n workers over rows/s on the fewest
+        lines.append(f"| {n} over {counts[0]} | " + " | ".join(
+            f"{median[counts[0]][name] / median[n][name]:.2f}x" for name in CLUSTER) + " |")
+    lines.append("")
+    return "\n".join(lines)
 
 
 def load(bootstrap: str, topic: str, records: int) -> None:
@@ -337,6 +416,9 @@ def main() -> None:
                         help="measure only the two readers of one topic (issue 25's table)")
     parser.add_argument("--raw-reader", action="store_true",
                         help="only the source's task code without Spark (printed)")
+    parser.add_argument("--cluster-workers", metavar="N,M",
+                        help="the kip sink and source on a Spark standalone cluster of each "
+                        "number of workers (1,2 for the scaling ratio) instead of --masters")
     parser.add_argument("--write", metavar="RESULTS_MD")
     args = parser.parse_args()
     # commas inside brackets (local[2,4]) belong to the master
@@ -352,6 +434,14 @@ def main() -> None:
     try:
         if args.raw_reader:
             raw_reader(bootstrap, args.records, args.repeat)
+            return
+        if args.cluster_workers:
+            scaling = {n: measure_cluster(n, args.records, args.repeat, bootstrap)
+                       for n in sorted({int(n) for n in args.cluster_workers.split(",")})}
+            section = cluster_section(args, scaling, where)
+            print(section)
+            if args.write:
+                replace_section(args.write, CLUSTER_HEADING, section)
             return
         for master in masters:
             run = measure_readers if args.readers_only else measure
