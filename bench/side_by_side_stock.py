@@ -27,10 +27,9 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
-from bench_support import child_env, create_topics, start_kip_broker
+from bench_support import broker_data_dir, child_env, create_topics, start_kip_broker
 from side_by_side_copy import workload
 
 CHUNK = 100_000
@@ -165,7 +164,9 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    with tempfile.TemporaryDirectory() as data:
+    data, where = broker_data_dir("kip-bench-stock-")
+    print(f"brokers' data dirs {where}; /proc/loadavg before: {load()}", flush=True)
+    try:
         proc, bootstrap = start_standin(data)
         try:
             def spawn(kind: str, topic: str, *extra: str) -> dict:
@@ -192,7 +193,7 @@ def main() -> None:
                       f"{got['txns'] / got['seconds']:,.0f} |", flush=True)
             if args.no_conditional:
                 return
-            native_dir = tempfile.mkdtemp()
+            native_dir, _ = broker_data_dir("kip-bench-native-")
             native_proc, native = start_kip_broker(native_dir)
             try:
                 print("\n| conditional batch | mode | records/s | batches/s |\n"
@@ -216,6 +217,14 @@ def main() -> None:
         finally:
             proc.kill()
             proc.wait()
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+        print(f"\n/proc/loadavg after: {load()}")
+
+
+def load() -> str:
+    with open("/proc/loadavg") as f:
+        return f.read().strip()
 
 
 if __name__ == "__main__":
