@@ -324,6 +324,74 @@ def raw_reader(bootstrap: str, records: int, repeat: int) -> None:
               f"({wall:.2f} s wall, {cpu:.2f} s CPU)", flush=True)
 
 
+def arrow_ceiling(master: str, records: int, repeat: int) -> None:
+    """What Spark itself costs on the kip source's path, with no Kafka at all: a Python data
+    source of the source's schema whose tasks yield ready pyarrow RecordBatches (built once
+    per task, outside nothing but Spark), read into a ``noop`` write as the readers table
+    does. Its rows/s per core bounds any Kafka source written as a Python data source on this
+    machine (printed)."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from kipproducer import spark as kip_spark
+    from kipproducer.spark.source import SCHEMA
+
+    class Share(InputPartition):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class MemoryReader(DataSourceReader):
+        def partitions(self):
+            return [Share(len(range(p, records, PARTITIONS))) for p in range(PARTITIONS)]
+
+        def read(self, share):
+            import datetime
+
+            import pyarrow as pa
+
+            size = 10_000
+            stamp = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+            batch = pa.RecordBatch.from_pydict({
+                "key": pa.array([b"k%011d" % i for i in range(size)], pa.binary()),
+                "value": pa.array([b"v" * 100] * size, pa.binary()),
+                "topic": pa.array(["memory"] * size, pa.string()),
+                "partition": pa.array([0] * size, pa.int32()),
+                "offset": pa.array(range(size), pa.int64()),
+                "timestamp": pa.array([stamp] * size, pa.timestamp("us", tz="UTC")),
+                "timestampType": pa.array([0] * size, pa.int32())})
+            left = share.rows
+            while left > 0:
+                yield batch if left >= size else batch.slice(0, left)
+                left -= size
+
+    class Memory(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "kip-bench-memory"
+
+        def schema(self) -> str:
+            return SCHEMA
+
+        def reader(self, schema):
+            return MemoryReader()
+
+    spark = kip_spark.session(master, "kip-bench-ceiling", {
+        "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false"})
+    try:
+        spark.dataSource.register(Memory)
+        for r in range(repeat + 1):
+            started = time.perf_counter()
+            spark.read.format("kip-bench-memory").load().write.format("noop").mode(
+                "overwrite").save()
+            elapsed = time.perf_counter() - started
+            cores = int(spark.sparkContext.defaultParallelism)
+            print(f"{master} {'warm-up' if r == 0 else f'run {r}'} Arrow batches from memory "
+                  f"(no Kafka): {records / elapsed:,.0f} rows/s, "
+                  f"{records / elapsed / cores:,.0f} rows/s per core ({elapsed:.2f} s)",
+                  flush=True)
+    finally:
+        spark.stop()
+
+
 def measure_readers(master: str, records: int, repeat: int,
                     bootstrap: str) -> dict[str, list[float]]:
     """Seconds per run of each reader of one topic of ``records`` rows (written once)."""
@@ -416,6 +484,9 @@ def main() -> None:
                         help="measure only the two readers of one topic (issue 25's table)")
     parser.add_argument("--raw-reader", action="store_true",
                         help="only the source's task code without Spark (printed)")
+    parser.add_argument("--arrow-ceiling", action="store_true",
+                        help="only Spark's own cost on the source's path: ready Arrow batches "
+                        "from a Python data source, no Kafka (printed)")
     parser.add_argument("--cluster-workers", metavar="N,M",
                         help="the kip sink and source on a Spark standalone cluster of each "
                         "number of workers (1,2 for the scaling ratio) instead of --masters")
@@ -434,6 +505,10 @@ def main() -> None:
     try:
         if args.raw_reader:
             raw_reader(bootstrap, args.records, args.repeat)
+            return
+        if args.arrow_ceiling:
+            for master in masters:
+                arrow_ceiling(master, args.records, args.repeat)
             return
         if args.cluster_workers:
             scaling = {n: measure_cluster(n, args.records, args.repeat, bootstrap)
