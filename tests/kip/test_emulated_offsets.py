@@ -195,6 +195,18 @@ def test_auto_mode_per_broker(stock, broker):
         assert p.kip_mode("anything") == "native"
 
 
+def kill_9_when_open(script: str, *args: str) -> None:
+    """Run a writer ``script`` in a process of its own, and kill -9 it once it prints "open"
+    (its transaction is open, with what the script wrote in it)."""
+    dying = subprocess.Popen([sys.executable, "-c", script, *args],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert dying.stdout.readline() == b"open\n"
+    finally:
+        os.kill(dying.pid, signal.SIGKILL)
+        dying.wait(10)
+
+
 _DYING_WRITER = textwrap.dedent("""
     import sys
     from confluent_kafka import Producer
@@ -222,13 +234,7 @@ def test_kill_9_mid_transaction_then_restart(stock):
                  headers=[[("h", b"0")], [("h", b"1")], [("h", b"2")]],
                  timestamps=np.array([stamp, stamp + 1, stamp + 2], np.int64),
                  partition=0, offsets=np.array([0, 1, 2], np.int64))
-    dying = subprocess.Popen([sys.executable, "-c", _DYING_WRITER, stock, topic, writer],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert dying.stdout.readline() == b"open\n"
-    finally:
-        os.kill(dying.pid, signal.SIGKILL)
-        dying.wait(10)
+    kill_9_when_open(_DYING_WRITER, stock, topic, writer)
     # 3..6 hold the dead writer's open records; its abort marker will take 7
     with emulated_producer(stock, writer) as p:
         with pytest.raises(InvalidProduceOffsetError) as info:
@@ -415,14 +421,8 @@ def test_kill_9_mid_shared_transaction_then_restart(stock):
     topic = new_topic(stock, "em-shared-kill", partitions=3)
     writer = unique("writer")
     stamp = now_ms() - 1000
-    dying = subprocess.Popen([sys.executable, "-c", _DYING_SHARED_WRITER, stock, topic, writer,
-                              str(stamp), json.dumps(LINED_UP)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert dying.stdout.readline() == b"open\n"
-    finally:
-        os.kill(dying.pid, signal.SIGKILL)
-        dying.wait(10)
+    kill_9_when_open(_DYING_SHARED_WRITER, stock, topic, writer, str(stamp),
+                     json.dumps(LINED_UP))
     # the first runs landed (0..2 / 0..2 / 0..3), the first round's gaps are open
     first = {0: [0, 1, 2], 1: [0, 1, 2], 2: [0, 1, 2, 3]}
     rest = {p: offsets[len(first[p]):] for p, offsets in LINED_UP.items()}

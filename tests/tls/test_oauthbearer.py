@@ -10,7 +10,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka import Producer as RdProducer
-from tls_support import broker_tls, rdkafka_ssl
+from tls_support import oauthbearer_broker_tls, rdkafka_ssl
 
 from kipproducer import Producer
 from kipproducer.broker.embedded import EmbeddedBroker
@@ -28,10 +28,7 @@ from kipproducer.sasl.oauthbearer import (
 
 @pytest.fixture(scope="module")
 def broker(certs):
-    config = broker_tls(certs, listeners="SASL_SSL://127.0.0.1:0", **{
-        "sasl.enabled.mechanisms": "OAUTHBEARER", "authorizer.enabled": "true",
-        "connections.max.reauth.ms": "600000"})
-    with EmbeddedBroker(config=config) as started:
+    with EmbeddedBroker(config=oauthbearer_broker_tls(certs)) as started:
         yield started
 
 

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import Producer as RdProducer
-from tls_support import broker_tls, rdkafka_ssl
+from tls_support import oauthbearer_broker_tls, rdkafka_ssl
 
 from kipproducer import Producer
 from kipproducer.broker.embedded import EmbeddedBroker
@@ -105,10 +105,7 @@ def endpoint() -> Iterator[TokenEndpoint]:
 
 @pytest.fixture(scope="module")
 def broker(certs):
-    config = broker_tls(certs, listeners="SASL_SSL://127.0.0.1:0", **{
-        "sasl.enabled.mechanisms": "OAUTHBEARER", "authorizer.enabled": "true",
-        "connections.max.reauth.ms": "600000"})
-    with EmbeddedBroker(config=config) as started:
+    with EmbeddedBroker(config=oauthbearer_broker_tls(certs)) as started:
         started.broker.acls.add([AclBinding.of("Topic", "*", "User:svc-writer", op, "Allow")
                                  for op in ("Write", "Describe", "Create")])
         yield started

@@ -84,3 +84,11 @@ def rdkafka_ssl(bootstrap: str, certs: Certs, client: str | None = None,
         conf["ssl.key.location"] = str(key)
     conf.update(extra)
     return conf
+
+
+def oauthbearer_broker_tls(certs: Certs) -> dict[str, str]:
+    """A SASL_SSL listener taking OAUTHBEARER (the broker's unsecured-JWT validation), ACLs
+    on, re-authentication every 10 minutes (KIP-368)."""
+    return broker_tls(certs, listeners="SASL_SSL://127.0.0.1:0", **{
+        "sasl.enabled.mechanisms": "OAUTHBEARER", "authorizer.enabled": "true",
+        "connections.max.reauth.ms": "600000"})
