@@ -61,6 +61,12 @@ def _run(cluster: MockCluster, client: str, kind: str) -> Outcome:
 @pytest.mark.parametrize("client", ["arrays", "batch"])
 def test_moves_and_errors(mock_cluster: MockCluster, client: str, kind: str):
     confluent = _run(mock_cluster, "confluent", kind)
+    if confluent.errors or (confluent.lost, confluent.duplicated, confluent.reordered) != (0, 0, 0):
+        # The baseline itself is what the mock did to librdkafka (once, on a loaded 2-core CI
+        # machine, it lost 2,823 acknowledged records of moved_twice): it is run once more on
+        # a fresh topic. kipproducer's run is judged once, strictly, against a clean baseline.
+        print("librdkafka's baseline was not clean, run once more:", confluent)
+        confluent = _run(mock_cluster, "confluent", kind)
     kip = _run(mock_cluster, client, kind)
     for outcome in (confluent, kip):
         print(outcome)
