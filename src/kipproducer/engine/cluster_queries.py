@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..client_config import parse_servers
 from ..protocol import build_request
 from ..protocol import error_codes as ec
 from ..protocol.api_keys import LIST_OFFSETS
@@ -48,18 +49,12 @@ class ClusterQueryError(RuntimeError):
 
 
 def bootstrap_addresses(servers: str) -> list[tuple[str, int]]:
-    """``host:port,[::1]:port`` (an optional ``SSL://``-style prefix) as (host, port)s."""
-    out = []
-    for server in (s.strip() for s in servers.split(",") if s.strip()):
-        host, _, port = server.split("://")[-1].rpartition(":")
-        try:
-            out.append((host.strip("[]") or "127.0.0.1", int(port)))
-        except ValueError:
-            raise ClusterQueryError(f"bootstrap.servers: {server!r} is not host:port") \
-                from None
-    if not out:
-        raise ClusterQueryError("bootstrap.servers names no broker")
-    return out
+    """bootstrap.servers as (host, port)s, read as the engine reads it (the config table's
+    parser); an empty host is this machine."""
+    try:
+        return [(host or "127.0.0.1", port) for host, port in parse_servers(servers)]
+    except ValueError as exc:
+        raise ClusterQueryError(f"bootstrap.servers: {exc}") from None
 
 
 async def partitions_of(cluster: Cluster,
@@ -90,7 +85,10 @@ async def refresh(cluster: Cluster, topics: list[str] | None, *,
 
 
 async def _leaders_lacking(cluster: Cluster, topic: str, feature: str) -> list[int]:
-    meta = (await partitions_of(cluster, [topic]))[topic]
+    # the metadata a caller just asked for (topics()) serves; asked for only when missing
+    meta = cluster.topics.get(topic)
+    if meta is None or meta.error_code != ec.NONE:
+        meta = (await partitions_of(cluster, [topic]))[topic]
     lacking = []
     for partition in range(meta.partition_count):
         conn = await cluster.connection(cluster.leader(topic, partition))

@@ -2,10 +2,10 @@
 as librdkafka reads it: the private key, its certificate and any further certificates of the
 chain, all from one file.
 
-Python's ssl module takes a client certificate from files only, so the key and chain are
-written to a private temporary file (mode 0600, unlinked as soon as the SSLContext holds
-them) with the key encrypted under a one-time random password: the key is never on disk in
-the clear, not even for that moment.
+Python's ssl module takes a client certificate from files only, so engine/tls.py writes the
+key and chain to a private temporary file (mode 0600, unlinked as soon as the SSLContext
+holds them), as for inline PEM; the key is encrypted under a one-time random password first,
+so it is never on disk in the clear, not even for that moment.
 
 Java's JKS / JCEKS keystores are not PKCS#12 and librdkafka does not read them either: they
 are refused with the ``keytool`` command that converts one.
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import ssl
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,8 +30,10 @@ def keystore_given(props: Mapping[str, Any]) -> bool:
     return bool(str(props.get("ssl.keystore.location", "") or "").strip())
 
 
-def load_keystore(context: ssl.SSLContext, props: Mapping[str, Any]) -> None:
-    """Load ``ssl.keystore.location``'s key and certificate chain into ``context``."""
+def read_keystore(props: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``ssl.keystore.location``'s key and certificate chain as PEM texts for the SSLContext:
+    (the key, encrypted with a one-time password; the chain, the client's certificate first;
+    that password)."""
     location = str(props.get("ssl.keystore.location", "") or "").strip()
     password = props.get("ssl.keystore.password")
     if password is None:
@@ -47,7 +47,7 @@ def load_keystore(context: ssl.SSLContext, props: Mapping[str, Any]) -> None:
         raise KeystoreError(f"ssl.keystore.location: cannot read {location!r}: "
                             f"{exc.strerror or exc}") from None
     key_pem, chain_pem, one_time = _pkcs12_as_pem(data, location, str(password))
-    _load_into(context, key_pem, chain_pem, one_time, location)
+    return key_pem.decode(), chain_pem.decode(), one_time
 
 
 def _pkcs12_as_pem(data: bytes, location: str, password: str) -> tuple[bytes, bytes, str]:
@@ -105,17 +105,3 @@ def _looks_like_pkcs12(data: bytes) -> bool:
     first_length = data[1]
     header = 2 + (first_length & 0x7F if first_length & 0x80 else 0)
     return data[header:header + 3] == b"\x02\x01\x03"
-
-
-def _load_into(context: ssl.SSLContext, key_pem: bytes, chain_pem: bytes, one_time: str,
-               location: str) -> None:
-    handle, path = tempfile.mkstemp(prefix="kip-keystore-", suffix=".pem")  # mode 0600
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(key_pem + chain_pem)
-        context.load_cert_chain(path, path, password=one_time)
-    except ssl.SSLError as exc:
-        raise KeystoreError(f"ssl.keystore.location: the key and certificate in {location!r} "
-                            f"cannot be used: {exc}") from None
-    finally:
-        os.unlink(path)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import client_config
+from ..sasl.oauthbearer import unb64url
 
 #: librdkafka's timeout of one token request.
 REQUEST_TIMEOUT_S = 20.0
@@ -173,7 +174,7 @@ def _token_of(raw: bytes, sub_claim: str, where: str) -> OidcToken:
         raise OidcError(f"{where}: the access_token is not a JWT (header.payload.signature, "
                         f"{len(parts)} part(s))")
     try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        claims = json.loads(unb64url(parts[1]))
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise OidcError(f"{where}: the access_token's payload is not base64url JSON") from None
     if not isinstance(claims, dict):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client_config import default, parse_bool
-from .keystore import KeystoreError, keystore_given, load_keystore
+from .keystore import KeystoreError, keystore_given, read_keystore
 
 #: librdkafka's certificate sources the engine does not read: the Windows certificate store,
 #: OpenSSL engines and providers.
@@ -132,9 +132,20 @@ def _load_client_certificate(context: ssl.SSLContext, props: Mapping[str, Any]) 
                 "ssl.keystore.location holds the client certificate and key: give either it "
                 "or ssl.certificate.* + ssl.key.*, not both")
         try:
-            load_keystore(context, props)
+            key_pem, chain_pem, one_time = read_keystore(props)
         except KeystoreError as exc:
             raise TlsConfigError(str(exc)) from None
+        keystore: list[str] = []
+        try:
+            path = _private_file(key_pem + chain_pem, keystore, prefix="kip-keystore-")
+            context.load_cert_chain(path, path, password=one_time)
+        except ssl.SSLError as exc:
+            raise TlsConfigError(
+                f"ssl.keystore.location: the key and certificate in "
+                f"{str(props['ssl.keystore.location']).strip()!r} cannot be used: {exc}") from None
+        finally:
+            for made in keystore:
+                os.unlink(made)
         return
     if not (cert_location or cert_pem or key_location or key_pem):
         return
@@ -180,9 +191,10 @@ def _load_client_certificate(context: ssl.SSLContext, props: Mapping[str, Any]) 
             os.unlink(path)
 
 
-def _private_file(text: str, created: list[str]) -> str:
-    """The ssl module loads certificates and keys from files only: a private temporary one."""
-    handle, path = tempfile.mkstemp(prefix="kip-tls-", suffix=".pem")
+def _private_file(text: str, created: list[str], prefix: str = "kip-tls-") -> str:
+    """The ssl module loads certificates and keys from files only: a private temporary one
+    (mode 0600)."""
+    handle, path = tempfile.mkstemp(prefix=prefix, suffix=".pem")
     created.append(path)
     with os.fdopen(handle, "w") as out:
         out.write(text + "\n")

@@ -27,7 +27,8 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def _unb64(text: str) -> bytes:
+def unb64url(text: str) -> bytes:
+    """A JWT part: base64url without its padding (RFC 7515), decoded."""
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
@@ -138,8 +139,8 @@ def validate_unsecured(token: str, now: float | None = None,
     if len(parts) != 3:
         raise AuthenticationFailed("invalid_token: a JWT has three dot-separated parts")
     try:
-        header = json.loads(_unb64(parts[0]))
-        claims = json.loads(_unb64(parts[1]))
+        header = json.loads(unb64url(parts[0]))
+        claims = json.loads(unb64url(parts[1]))
     except (ValueError, UnicodeDecodeError):
         raise AuthenticationFailed("invalid_token: the JWT is not base64url JSON") from None
     if not isinstance(header, dict) or header.get("alg") != "none" or parts[2]:

@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..engine.cluster_queries import ClusterQueries
+from ..engine.cluster_queries import EARLIEST, LATEST, ClusterQueries
 from ..protocol import error_codes as ec
 from .fetch_read import unsupported
 from .options import connection
 
 TopicPartition = tuple[str, int]
-EARLIEST, LATEST = -2, -1
 #: How long the driver waits for the cluster's answers (the AdminClient's former timeout).
 TIMEOUT_S = 30.0
 

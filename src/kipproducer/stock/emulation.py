@@ -85,20 +85,24 @@ class _Plan:
 _FILLER_HEADERS = [(FILLER_HEADER, b"")]
 
 
-def _batches_misplaced(outcome: list, start: int, count: int) -> Any:
-    """None when the batches reported cover [start, start + count) in order; else the first
-    error (a KafkaError) or a sentence saying where they landed."""
+def _batches_misplaced(outcome: list, start: int, count: int, what: str) -> Any:
+    """Batch reports ``(err, BatchDelivery)`` of ``count`` records written from offset
+    ``start`` (a plain run of the bulk lane, or a gap's fillers): None when they cover
+    [start, start + count) in order; else the first error (a KafkaError) or a sentence
+    saying where ``what`` landed."""
+    pieces = sorted(outcome, key=lambda got: got[1].offset())
+    error = next((err for err, _ in pieces if err is not None), None)
+    if error is not None:
+        return error
     expected = start
-    for err, report in sorted(outcome, key=lambda got: got[1].offset()):
-        if err is not None:
-            return err
+    for _, report in pieces:
         if report.offset() != expected:
-            return (f"filler {expected - start} landed at offset {report.offset()}, not "
-                    f"{expected}")
+            return (f"{what} {expected - start} and after landed at offset "
+                    f"{report.offset()}, not {expected}: another writer appended")
         expected += len(report)
     if expected != start + count:
         return KafkaError(KafkaError._TIMED_OUT,
-                          f"{start + count - expected} fillers not acknowledged")
+                          f"{start + count - expected} {what} not acknowledged")
     return None
 
 
@@ -520,17 +524,7 @@ class Emulation:
         return self._check_sent(key, wait=True)
 
     def _check_run(self, key: tuple[str, int], sent: _Sent) -> Any:
-        pieces = sorted(((report.offset(), len(report), err) for err, report in sent.outcome),
-                        key=lambda piece: piece[0])
-        wrong: Any = next((err for _, _, err in pieces if err is not None), None)
-        if wrong is None:
-            expected = sent.start
-            for offset, count, _ in pieces:
-                if offset != expected:
-                    wrong = (f"records {expected - sent.start}.. of the run landed at offset "
-                             f"{offset}, not {expected}: another writer appended")
-                    break
-                expected += count
+        wrong = _batches_misplaced(sent.outcome, sent.start, sent.count, "records")
         if wrong is not None:
             self._ends.pop(key, None)
             error = _offsets_error(wrong, -1)
@@ -594,7 +588,8 @@ class Emulation:
         for key, action in fills.items():
             wrong[key] = (KafkaError(KafkaError._TIMED_OUT, f"{left} fillers not acknowledged "
                                      "in time") if left else
-                          _batches_misplaced(outcomes[key], action.start, action.count))
+                          _batches_misplaced(outcomes[key], action.start, action.count,
+                                             "fillers"))
         return wrong
 
     def _after_transaction(self, key: tuple[str, int], action: Action, wrong: Any,
