@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,7 +175,8 @@ def cluster_run(source, target, tmp_path_factory) -> dict:
     out = json.loads((work / "first.out.json").read_text())
     out.update(sink_topic=sink_topic, holes=holes, killed_topic=killed_topic,
                stream_out=stream_out, stream_rows=written[0] + 300, killed=killed,
-               failed_once=(work / "failed-once").exists())
+               failed_once=(work / "failed-once").exists(),
+               driver_log=(work / "first.log").read_text(errors="replace"))
     return out
 
 
@@ -192,6 +194,10 @@ def test_sink_with_a_failed_first_attempt_writes_each_row_once(cluster_run, targ
     # what the failed attempt's writer had sent is in a transaction now aborted
     everything = count_values(target.bootstrap_servers, topic, 6, "read_uncommitted")
     print(f"the failed attempt had written {sum(everything.values()) - SINK_ROWS} rows")
+    # the driver's log says what the write committed: every task's rows and transaction
+    # (cluster_driver.py writes them in 8 tasks; the failed attempt's transaction was aborted)
+    assert (f"committed: {SINK_ROWS} rows from 8 tasks in 8 transactions"
+            in cluster_run["driver_log"])
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
@@ -242,3 +248,7 @@ def test_stream_driver_killed_and_restarted_writes_every_row_once(cluster_run, t
     stable(target.bootstrap_servers, topic, STREAM_PARTITIONS)
     assert values(target.bootstrap_servers, topic, STREAM_PARTITIONS) == Counter(
         b"s%d" % i for i in range(cluster_run["stream_rows"]))
+    # the first driver's log has a line per committed micro-batch (3 at least before the kill)
+    committed = re.findall(r"kip sink: stream \S+ batch (\d+) committed: \d+ rows from \d+ "
+                           r"tasks in \d+ transactions", cluster_run["driver_log"])
+    assert len(committed) >= 3 and committed == sorted(set(committed), key=int), committed

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -42,6 +43,17 @@ MODES = (TRANSACTIONAL, ORDERED, OFFSETS)
 #: Kafka's default transaction.max.timeout.ms: the open transactions must outlast the job.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
 _KNOWN = ("key", "value", "topic", "partition", "headers", "timestamp", "offset")
+
+
+def report_committed(what: str, messages: list[Any], transactions: int) -> None:
+    """One line in the driver's log (its stderr, where Spark's own lines go) per committed
+    write or micro-batch: the rows its tasks wrote and the transactions it committed. Spark
+    runs a Python data source's commit in a Python worker of the driver, whose logging is not
+    the application's, so the line is written there directly."""
+    rows = sum(m.records for m in messages if m is not None)
+    print(f"{time.strftime('%y/%m/%d %H:%M:%S')} INFO kipproducer: kip sink: {what} "
+          f"committed: {rows} rows from {len(messages)} tasks in {transactions} transactions",
+          file=sys.stderr, flush=True)
 
 
 class Message(WriterCommitMessage):  # type: ignore[misc]
@@ -575,13 +587,16 @@ class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     def commit(self, messages: list[Message | None]) -> None:
         if self.wo.mode != TRANSACTIONAL:
+            report_committed(f"write ({self.wo.mode})", messages, 0)
             return  # written already; nothing is held back
         txns = [m.txn for m in messages if m is not None and m.txn is not None]
         if self.wo.write_id is not None:
-            self._ledger().commit(0, txns)
-            return
-        settle(self.wo.props, self.wo.prefix + "-", commit=txns, abort=(),
-               timeout_ms=self.wo.timeout_ms)
+            if not self._ledger().commit(0, txns):
+                return  # committed before (the ledger's log says so)
+        else:
+            settle(self.wo.props, self.wo.prefix + "-", commit=txns, abort=(),
+                   timeout_ms=self.wo.timeout_ms)
+        report_committed(f"write {self.wo.write_id or self.wo.prefix}", messages, len(txns))
 
     def abort(self, messages: list[Message | None]) -> None:
         if self.wo.mode != TRANSACTIONAL:

@@ -20,7 +20,14 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
 from .ledger import DEFAULT_STATE_TOPIC, Ledger, SinkState
 from .options import OptionError, lower_keys
-from .sink import TRANSACTIONAL, Message, WriteOptions, write_prefix, write_transactional
+from .sink import (
+    TRANSACTIONAL,
+    Message,
+    WriteOptions,
+    report_committed,
+    write_prefix,
+    write_transactional,
+)
 from .twophase import OpenTransaction
 
 log = logging.getLogger("kipproducer.spark")
@@ -57,7 +64,9 @@ class KipStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
                       self.wo.timeout_ms)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
-        self._ledger().commit(batchId, _txns(messages))
+        txns = _txns(messages)
+        if self._ledger().commit(batchId, txns):  # (a replayed batch: the ledger logs it)
+            report_committed(f"stream {self.sink_id} batch {batchId}", messages, len(txns))
 
     def abort(self, messages: list[Any], batchId: int) -> None:
         self._ledger().abort(_txns(messages))
