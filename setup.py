@@ -9,6 +9,17 @@ import sys
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# The modules are independent: C-compile (and cythonize) them side by side, one per core.
+JOBS = os.cpu_count() or 1
+
+
+class ParallelBuildExt(build_ext):
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = JOBS
 
 ACCEL = os.path.join("src", "_accel")
 
@@ -41,8 +52,10 @@ extensions = [
 ]
 
 setup(
+    cmdclass={"build_ext": ParallelBuildExt},
     ext_modules=cythonize(
         extensions,
+        nthreads=JOBS,
         include_path=[ACCEL],
         compiler_directives={
             "language_level": "3",

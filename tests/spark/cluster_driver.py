@@ -128,7 +128,7 @@ def read_while_killed(spark, bootstrap: str, topic: str, pauses: str) -> list:
     return sorted([r.partition, r.offset] for r in rows)
 
 
-def stream(spark, job: dict) -> None:
+def stream(spark, job: dict) -> list:
     writer = (spark.readStream.format("kip").option("kafka.bootstrap.servers", job["source"])
               .option("subscribe", job["topic"]).option("startingOffsets", "earliest").load()
               .select("key", "value")
@@ -137,11 +137,15 @@ def stream(spark, job: dict) -> None:
               .option("checkpointLocation", job["checkpoint"]))
     if job["trigger"] == "run":
         writer.trigger(processingTime="200 milliseconds").start().awaitTermination()
-        return
+        return []
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination()
     if query.exception() is not None:
         raise SystemExit(f"query failed: {query.exception()}")
+    # what each progress report shows of the source: where the micro-batch ended and the
+    # partitions' ends as the source last saw them (the lag is the difference)
+    return [{"end": p["sources"][0].get("endOffset"), "latest": p["sources"][0].get("latestOffset")}
+            for p in query.recentProgress]
 
 
 def executors(spark) -> int:
@@ -195,7 +199,7 @@ def main() -> None:
             elif kind == "sink":
                 sink(spark, job["bootstrap"], job["topic"], int(job["rows"]), job["marker"])
             elif kind == "stream":
-                stream(spark, job)
+                out.setdefault("progress", []).extend(stream(spark, job) or [])
             else:
                 out[f"read-{job['isolation']}"] = read(spark, job["bootstrap"], job["topic"],
                                                        job["isolation"])

@@ -30,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from mirror_support import compacted_topic, read, stable, transactions, trim, unique
 from processes import descendants, kill_tree
 from test_spark_kafka import count_values, create
@@ -173,7 +174,8 @@ def cluster_run(source, target, tmp_path_factory) -> dict:
     print(f"cluster up in {up - started:.1f} s, first driver {killed_at - up:.1f} s, "
           f"restart and stop {time.monotonic() - killed_at:.1f} s")
     out = json.loads((work / "first.out.json").read_text())
-    out.update(sink_topic=sink_topic, holes=holes, killed_topic=killed_topic,
+    out["progress"] = json.loads((work / "second.out.json").read_text()).get("progress", [])
+    out.update(stream_in=stream_in, sink_topic=sink_topic, holes=holes, killed_topic=killed_topic,
                stream_out=stream_out, stream_rows=written[0] + 300, killed=killed,
                failed_once=(work / "failed-once").exists(),
                driver_log=(work / "first.log").read_text(errors="replace"))
@@ -252,3 +254,21 @@ def test_stream_driver_killed_and_restarted_writes_every_row_once(cluster_run, t
     committed = re.findall(r"kip sink: stream \S+ batch (\d+) committed: \d+ rows from \d+ "
                            r"tasks in \d+ transactions", cluster_run["driver_log"])
     assert len(committed) >= 3 and committed == sorted(set(committed), key=int), committed
+
+
+def test_restarted_stream_reports_the_partitions_ends_as_progress(cluster_run, source) -> None:
+    """The lag a user reads from a query on the cluster: each progress report gives, beside
+    where the micro-batch ended, the partitions' ends as the driver last saw them."""
+    topic = cluster_run["stream_in"]
+    reports = [(json.loads(r["end"])[topic], json.loads(r["latest"])[topic])
+               for r in cluster_run["progress"] if r["end"] and r["latest"]]
+    assert reports, cluster_run["progress"]
+    for end, latest in reports:
+        assert all(latest[p] >= offset for p, offset in end.items()), (end, latest)
+    consumer = Consumer({"bootstrap.servers": source.bootstrap_servers, "group.id": "ends"})
+    try:
+        ends = {str(p): consumer.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                for p in range(STREAM_PARTITIONS)}
+    finally:
+        consumer.close()
+    assert reports[-1] == (ends, ends)  # AvailableNow read to the ends it saw, and says so
