@@ -8,6 +8,11 @@ over both listeners, with a delivery callback per record (produce_arrays: per ba
 without any, in every round, interleaved, each in its own process to a fresh topic, through
 bench/side_by_side_producer.py's run (same records, settings and checks).
 
+The lanes are bound by the CPU of the machine's two cores, which client and broker share, so
+the table also gives the broker's CPU seconds per 1M records over each transport (read from
+/proc around each run: the run's connection set-up, topic creation and deletion included), and
+the cipher suite the broker negotiates with a default OpenSSL client.
+
     python bench/side_by_side_tls.py [--records N] [--repeat R] [--chunk N]
         [--write bench/RESULTS.md]
 """
@@ -15,8 +20,11 @@ bench/side_by_side_producer.py's run (same records, settings and checks).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
+import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -55,6 +63,27 @@ def make_certs(directory: Path) -> tuple[Path, Path]:
     return ca_pem, broker_pem
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process (Linux /proc), NaN elsewhere."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def negotiated_suite(address: str, ca_pem: Path) -> str:
+    """The TLS version and cipher suite the broker settles on with Python's default client
+    context (OpenSSL's default preferences, as librdkafka's)."""
+    host, _, port = address.rpartition(":")
+    context = ssl.create_default_context(cafile=str(ca_pem))
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=host) as tls:
+            name, version, bits = tls.cipher()  # type: ignore[misc]
+    return f"{version} {name} ({bits}-bit)"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=200_000)
@@ -72,6 +101,7 @@ def main(argv=None) -> None:
     proc, listeners = start_kip_broker_with(data_dir, {
         "listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(broker_pem)})
     plain = listeners["PLAINTEXT"]
+    suite = negotiated_suite(listeners["SSL"], ca_pem)
     tls_config = {"security.protocol": "SSL", "ssl.ca.location": str(ca_pem)}
     jobs = [(transport, name, mode) for transport in TRANSPORTS for name in CONTENDERS
             for mode in MODES]
@@ -81,14 +111,16 @@ def main(argv=None) -> None:
         for rnd in range(args.repeat):
             for number, (transport, name, mode) in enumerate(jobs):  # interleaved
                 tls = transport == "TLS"
+                broker_cpu0 = process_cpu_seconds(proc.pid)
                 result = run_child(name, plain, f"tls-{number}-{rnd}", n,
                                    bootstrap=listeners["SSL"] if tls else plain,
                                    callbacks=mode, chunk=args.chunk,
                                    client_config=tls_config if tls else None)
+                result["broker_cpu"] = process_cpu_seconds(proc.pid) - broker_cpu0
                 results[(transport, name, mode)].append(result)
                 print(f"{transport:9s} {name:24s} {'cb' if mode else 'no cb':5s} "
-                      f"{n / result['seconds'] / 1e6:6.2f} M rec/s cpu {result['cpu']:.2f} s",
-                      file=sys.stderr)
+                      f"{n / result['seconds'] / 1e6:6.2f} M rec/s cpu {result['cpu']:.2f} s "
+                      f"broker cpu {result['broker_cpu']:.2f} s", file=sys.stderr)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -122,7 +154,7 @@ def main(argv=None) -> None:
         "Broker: one `kip broker` with a PLAINTEXT listener and an SSL listener "
         "(`listeners=SSL://127.0.0.1:0`, a PEM keystore made for the run with trustme); the "
         "TLS clients set security.protocol=SSL and ssl.ca.location (the broker's certificate "
-        "is verified).",
+        f"is verified). Negotiated: {suite}, with Python's default client context.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values "
         f"(produce_batch's dicts also carry one header and partition=0), {args.chunk:,} records "
         "per produce_batch / produce_arrays call, acks=all, enable.idempotence=true, "
@@ -134,15 +166,19 @@ def main(argv=None) -> None:
         "process.",
         "",
         "| lane | callbacks | plaintext records/s | TLS records/s | TLS / plaintext | TLS CPU s "
-        "per 1M records |",
-        "|---|---|---:|---:|---:|---:|",
+        "per 1M records | broker CPU s per 1M records, plaintext | broker, TLS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in CONTENDERS:
         for mode in MODES:
             p_rate, t_rate = rate("plaintext", name, mode), rate("TLS", name, mode)
             cpu = statistics.median(r["cpu"] for r in results[("TLS", name, mode)]) * 1e6 / n
+            p_broker, t_broker = (
+                statistics.median(r["broker_cpu"] for r in results[(transport, name, mode)])
+                * 1e6 / n for transport in TRANSPORTS)
             lines.append(f"| {name} | {'yes' if mode else 'no'} | {p_rate / 1e6:.2f} M | "
-                         f"{t_rate / 1e6:.2f} M | {t_rate / p_rate:.2f} | {cpu:.2f} |")
+                         f"{t_rate / 1e6:.2f} M | {t_rate / p_rate:.2f} | {cpu:.2f} | "
+                         f"{p_broker:.2f} | {t_broker:.2f} |")
     lines.append("")
     confluent = [name for name in CONTENDERS if name.startswith("confluent")]
     for transport in TRANSPORTS:
