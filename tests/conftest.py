@@ -8,8 +8,10 @@ and dumps every thread's stack, so a hang fails that test by name and the run go
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ import pytest
 from kipproducer.broker.embedded import EmbeddedBroker
 
 SPARK_TESTS = "tests/spark/"
+CHILD_STARTUP = Path(__file__).with_name("child_startup")
 
 # Seconds per test by directory; the longest tests carry their own marker.
 TIME_LIMITS_S = {
@@ -80,6 +83,11 @@ _config: pytest.Config | None = None
 def pytest_configure(config: pytest.Config) -> None:
     global _config
     _config = config
+    # Processes a test launches start without hypothesis (see child_startup/sitecustomize.py).
+    # Not the xdist controller's: its children are the workers, which run hypothesis tests.
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        paths = [str(CHILD_STARTUP), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
 
 
 @pytest.fixture
