@@ -19,6 +19,7 @@ reports are queued and handed to the callbacks from poll() / flush(), as librdka
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
 from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
-from .log_ends import LogEnds
+from .log_ends import ConsumerLogEnds, LogEnds, log_ends_reader
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
 from .rows import FailedRecord, Rows, bulk_columns, slice_parts
@@ -122,8 +123,12 @@ class Emulation:
         self._timeout = timeout_s
         self._configured_id = transactional_id or None
         self._txn: Producer | None = None
+        # the transactional producer starting in the background (a configured id: its fence
+        # is under way while the caller prepares its first call); joined before any use
+        self._txn_starting: threading.Thread | None = None
+        self._txn_started: list = []  # the started producer, or the exception it raised
         self._plain: Producer | None = None
-        self._ends_reader: LogEnds | None = None
+        self._ends_reader: LogEnds | ConsumerLogEnds | None = None
         # the log end each partition has once what was sent to it is in (markers counted)
         self._ends: dict[tuple[str, int], int] = {}
         self._held: dict[tuple[str, int], list[Rows]] = {}
@@ -146,9 +151,16 @@ class Emulation:
 
     def probe(self) -> None:
         probe_cluster(self._connection, self._probe_topic, min(self._timeout, 30.0))
-        # the log-end readers connect in the background from here: a fresh consumer's first
-        # ListOffsets waits for its connection and metadata (about 0.7 s on the stand-in)
-        self._reader()
+        if self._ends_reader is None:
+            self._reader().warm_up(self._probe_topic)
+        if self._configured_id is not None and self._txn is None and not self._txn_starting:
+            # A writer with a configured id fences its predecessor before it reads any log
+            # end; the fence (the engine's start, FindCoordinator, InitProducerId: about
+            # 0.3 s on the stand-in) runs from here while the caller prepares its first call,
+            # and the first log end waits for it (_txn_producer joins this thread).
+            self._txn_starting = threading.Thread(target=self._start_txn_producer,
+                                                  name="kip-emulation-fence", daemon=True)
+            self._txn_starting.start()
 
     def __len__(self) -> int:
         return self._held_count  # (runs in flight are counted by the bulk lane's queue)
@@ -276,6 +288,10 @@ class Emulation:
 
     def close(self) -> None:
         self.serve(final=True)
+        try:
+            self._join_txn_start()
+        except Exception:  # noqa: BLE001 - a fence that failed: nothing of it to close
+            log.debug("emulation: the transactional producer's start failed", exc_info=True)
         for producer in (self._txn, self._plain):
             if producer is not None:
                 producer.flush(5)
@@ -285,9 +301,9 @@ class Emulation:
 
     # ---- clients --------------------------------------------------------------------------
 
-    def _reader(self) -> LogEnds:
+    def _reader(self) -> LogEnds | ConsumerLogEnds:
         if self._ends_reader is None:
-            self._ends_reader = LogEnds(self._connection)
+            self._ends_reader = log_ends_reader(self._connection)
         return self._ends_reader
 
     def _plain_producer(self) -> Producer:
@@ -301,18 +317,43 @@ class Emulation:
         """The transactional producer (the engine's transactions: they can add a partition
         without a record); starting it fences a predecessor with the same id and aborts that
         one's open transaction (before any log end is read)."""
+        self._join_txn_start()
         if self._txn is None:
-            from ..producer import Producer as EngineProducer
-
-            txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
-            # linger.ms=0: every write is flushed at once anyway, and a linger shows in
-            # each transaction's begin-to-EndTxn time
-            producer = EngineProducer({**self._connection, "transactional.id": txn_id,
-                                       "linger.ms": 0,
-                                       "transaction.timeout.ms": int(self._timeout * 1000)})
-            producer.init_transactions(self._timeout)
-            self._txn = producer
+            self._txn = self._new_txn_producer()
         return self._txn
+
+    def _new_txn_producer(self) -> Producer:
+        from ..producer import Producer as EngineProducer
+
+        txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
+        # linger.ms=0: every write is flushed at once anyway, and a linger shows in each
+        # transaction's begin-to-EndTxn time
+        producer = EngineProducer({**self._connection, "transactional.id": txn_id,
+                                   "linger.ms": 0,
+                                   "transaction.timeout.ms": int(self._timeout * 1000)})
+        producer.init_transactions(self._timeout)
+        return producer
+
+    def _start_txn_producer(self) -> None:
+        """The background start's thread: the producer, or what it raised, for the joiner."""
+        try:
+            self._txn_started.append(self._new_txn_producer())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._txn_started.append(exc)
+
+    def _join_txn_start(self) -> None:
+        """Wait for the background start, if one is under way; a start that failed is raised
+        once (the next use starts the producer again, in the caller's thread)."""
+        thread = self._txn_starting
+        if thread is None:
+            return
+        thread.join()
+        self._txn_starting = None
+        started = self._txn_started.pop() if self._txn_started else None
+        if isinstance(started, BaseException):
+            raise started
+        if started is not None:
+            self._txn = started
 
     # ---- offsets (KIP-391) ----------------------------------------------------------------
 
@@ -328,7 +369,10 @@ class Emulation:
     def _log_end(self, key: tuple[str, int]) -> int:
         end = self._ends.get(key)
         if end is None:
-            self._txn_producer()  # fence first: a dead predecessor's marker lands now
+            if self._configured_id is not None:
+                # fence first: a dead predecessor's marker lands now (a random id has no
+                # predecessor, and its producer starts at its first transaction)
+                self._txn_producer()
             reader = self._reader()
             # A transaction still open here (another writer's) would put its marker in the
             # middle of ours later: wait until it is decided.
