@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..client_config import ConfigError
-from ..engine.cluster_queries import LATEST, ClusterQueries, ClusterQueryError
+from ..engine.cluster_queries import LATEST, UNKNOWN_TOPIC, ClusterQueries, ClusterQueryError
 from ..engine.connection import BrokerAuthenticationError, BrokerConnectionError
 
 #: Producer properties a user's config may carry that librdkafka's consumers warn about
@@ -90,9 +90,20 @@ class LogEnds:
         except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
                 FutureTimeout) as exc:
             raise KafkaException(KafkaError(
-                KafkaError._TIMED_OUT,
+                self._missing_or_timed_out(topic),
                 f"emulation: ListOffsets for {topic}[{partition}]: {exc}")) from None
         return answer[(topic, partition)]
+
+    def _missing_or_timed_out(self, topic: str) -> int:
+        """The error code of a question that failed: UNKNOWN_TOPIC_OR_PART when the topic
+        does not exist (as librdkafka's consumer says it), else _TIMED_OUT."""
+        try:
+            meta = self._queries.topics([topic]).get(topic)
+        except Exception:  # noqa: BLE001 - the cluster is not answering: timed out
+            return KafkaError._TIMED_OUT
+        if meta is not None and meta.error_code == UNKNOWN_TOPIC:
+            return KafkaError.UNKNOWN_TOPIC_OR_PART
+        return KafkaError._TIMED_OUT
 
     def wait(self, what: str, test: Callable[[], bool], timeout: float) -> None:
         wait_until(what, test, timeout)
