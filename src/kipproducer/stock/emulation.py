@@ -150,14 +150,20 @@ class Emulation:
     # ---- what the Producer calls ----------------------------------------------------------
 
     def probe(self) -> None:
-        probe_cluster(self._connection, self._probe_topic, min(self._timeout, 30.0))
         if self._ends_reader is None:
-            self._reader().warm_up(self._probe_topic)
+            self._start_clients()
+        probe_cluster(self._connection, self._probe_topic, min(self._timeout, 30.0))
+
+    def _start_clients(self) -> None:
+        """At the first probe, while the probe runs (its verdict decides before anything is
+        written): the log-end reader connects, and a writer with a configured id starts its
+        transactional producer, whose InitProducerId fences the predecessor (the engine's
+        start, FindCoordinator, InitProducerId: 0.1-0.3 s on the stand-in, first-use costs
+        included). The first log end joins the fence: it is still read only after the
+        predecessor's open transaction is aborted. A random id has no predecessor; its
+        producer starts at its first transaction."""
+        self._reader().warm_up(self._probe_topic)
         if self._configured_id is not None and self._txn is None and not self._txn_starting:
-            # A writer with a configured id fences its predecessor before it reads any log
-            # end; the fence (the engine's start, FindCoordinator, InitProducerId: about
-            # 0.3 s on the stand-in) runs from here while the caller prepares its first call,
-            # and the first log end waits for it (_txn_producer joins this thread).
             self._txn_starting = threading.Thread(target=self._start_txn_producer,
                                                   name="kip-emulation-fence", daemon=True)
             self._txn_starting.start()
@@ -289,7 +295,8 @@ class Emulation:
     def close(self) -> None:
         self.serve(final=True)
         try:
-            self._join_txn_start()
+            # bounded: on a cluster the probe refused, the fence may wait out its timeout
+            self._join_txn_start(timeout=5.0)
         except Exception:  # noqa: BLE001 - a fence that failed: nothing of it to close
             log.debug("emulation: the transactional producer's start failed", exc_info=True)
         for producer in (self._txn, self._plain):
@@ -341,13 +348,14 @@ class Emulation:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             self._txn_started.append(exc)
 
-    def _join_txn_start(self) -> None:
+    def _join_txn_start(self, timeout: float | None = None) -> None:
         """Wait for the background start, if one is under way; a start that failed is raised
-        once (the next use starts the producer again, in the caller's thread)."""
+        once (the next use starts the producer again, in the caller's thread). With
+        ``timeout``, a start still under way after it is left to itself."""
         thread = self._txn_starting
         if thread is None:
             return
-        thread.join()
+        thread.join(timeout)
         self._txn_starting = None
         started = self._txn_started.pop() if self._txn_started else None
         if isinstance(started, BaseException):
