@@ -44,8 +44,14 @@ _NOT_INHERITED = ("transactional.id", "enable.idempotence", "on_delivery", "deli
                   "acks", "request.required.acks", "max.in.flight",
                   "max.in.flight.requests.per.connection", "enable.gapless.guarantee",
                   "transaction.timeout.ms")
-#: Held records of one partition written before more are taken (bounds the memory).
+#: Held records of one partition without a gap written before more are taken: a dense copy
+#: streams through the bulk lane in runs of this size.
 HELD_MAX = 100_000
+#: Held records of all partitions written together once this many are held (bounds the
+#: memory). Below it a partition with a gap waits for its next call (or poll(), flush()), so
+#: a copy that calls partition by partition, even in calls of HELD_MAX records, has every
+#: partition's gaps ready together and they share transactions.
+HELD_TOTAL_MAX = 1_000_000
 
 OFFSETS_CALL = "offset="
 CONDITIONAL_CALL = "expected_offset="
@@ -209,8 +215,11 @@ class Emulation:
         held.append(rows)
         self._held_count += len(rows)
         count = self._held_per_key[key] = self._held_per_key.get(key, 0) + len(rows)
-        if count >= HELD_MAX:
-            self._drain_keys([*(self._gapped - {key}), key], final_key=key)
+        if self._held_count >= HELD_TOTAL_MAX:
+            self._drain_keys(list(self._held), final=True)
+        elif count >= HELD_MAX and key not in self._gapped:
+            # a dense run streams (nothing of it waits for a transaction)
+            self._drain_keys([*self._gapped, key], final_key=key)
         elif again:
             self._drain_keys(list(self._gapped))
 
@@ -449,6 +458,7 @@ class Emulation:
         the records after the failed step reported with its error."""
         while plans:
             gaps: dict[tuple[str, int], Action] = {}
+            sent: list[tuple[tuple[str, int], _Plan]] = []
             for key, plan in list(plans.items()):
                 error = None
                 while plan.next < len(plan.actions) and plan.current.step == Step.PLAIN:
@@ -457,14 +467,20 @@ class Emulation:
                     if error is not None:
                         break
                 if error is None and plan.next < len(plan.actions):
-                    # a transaction goes only after every plain run of the partition is in
-                    # and checked: its fillers and marker must land where the plan says
-                    error = self._settle(key)
-                    if error is None:
-                        gaps[key] = plan.current
-                        continue
+                    sent.append((key, plan))  # settled below, once every partition's runs go
+                    continue
                 if error is not None:
                     self._fail_after(plan, error)
+                del plans[key]
+            for key, plan in sent:
+                # a transaction goes only after every plain run of the partition is in and
+                # checked: its fillers and marker must land where the plan says (the runs
+                # of all the round's partitions are in flight together meanwhile)
+                error = self._settle(key)
+                if error is None:
+                    gaps[key] = plan.current
+                    continue
+                self._fail_after(plan, error)
                 del plans[key]
             if not gaps:
                 return
@@ -611,8 +627,7 @@ class Emulation:
             fills = {key: action for key, action in gaps.items() if action.step == Step.FILL}
             wrong.update(self._write_fillers(producer, fills))
             producer.abort_transaction(self._timeout)
-            for (topic, partition), action in gaps.items():
-                ends[(topic, partition)] = self._end_after_marker(topic, partition, action)
+            ends.update(self._ends_after_markers(gaps))
         except KafkaException as exc:
             wrong = dict.fromkeys(gaps, exc.args[0])
         return {key: self._after_transaction(key, action, wrong[key], ends[key])
@@ -654,21 +669,30 @@ class Emulation:
         self._ends.pop(key, None)
         return _offsets_error(wrong, end)
 
-    def _end_after_marker(self, topic: str, partition: int, action: Action) -> int:
-        """The partition's log end once the marker of the transaction just ended is in the log
-        past ``action.start``: Kafka writes markers after it has answered EndTxn, so nothing
-        else may go before it is seen. The last stable offset answers both at once when it
-        is where the plan ends (the next step checks where it lands anyway)."""
+    def _ends_after_markers(self, gaps: dict[tuple[str, int], Action]
+                            ) -> dict[tuple[str, int], int]:
+        """Each partition's log end once the marker of the transaction just ended is in the
+        log past its gap's start: Kafka writes markers after it has answered EndTxn, so
+        nothing else may go before it is seen. The last stable offsets of all the
+        partitions are asked together (one ListOffsets per leader); a partition whose last
+        stable offset is where its plan ends has its answer (the next step checks where it
+        lands anyway), the others' log ends are asked together after."""
         reader = self._reader()
-        stable = [-1]
+        stable: dict[tuple[str, int], int] = {}
+        waiting = list(gaps)
 
-        def marker_in() -> bool:
-            stable[0] = reader.stable_end(topic, partition)
-            return stable[0] > action.start
+        def markers_in() -> bool:
+            asked = reader.stable_ends(waiting)
+            stable.update(asked)
+            waiting[:] = [key for key in waiting if asked[key] <= gaps[key].start]
+            return not waiting
 
-        reader.wait(f"the transaction marker in {topic}[{partition}]", marker_in,
-                    self._timeout)
-        return stable[0] if stable[0] == action.end else reader.log_end(topic, partition)
+        reader.wait("the transaction marker in "
+                    + ", ".join(f"{t}[{p}]" for t, p in gaps), markers_in, self._timeout)
+        ends = {key: stable[key] for key in gaps if stable[key] == gaps[key].end}
+        if len(ends) < len(gaps):
+            ends.update(reader.log_ends([key for key in gaps if key not in ends]))
+        return ends
 
     # ---- conditional publish (KIP-27) -----------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -74,34 +74,44 @@ class LogEnds:
 
     def log_end(self, topic: str, partition: int) -> int:
         """The offset the next record of the partition gets (the high watermark)."""
-        return self._latest(topic, partition, read_committed=False)
+        return self.log_ends([(topic, partition)])[(topic, partition)]
 
     def stable_end(self, topic: str, partition: int) -> int:
         """The last stable offset: below it every transaction is decided."""
-        return self._latest(topic, partition, read_committed=True)
+        return self.stable_ends([(topic, partition)])[(topic, partition)]
 
-    def _latest(self, topic: str, partition: int, *, read_committed: bool) -> int:
+    def log_ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """log_end() of several partitions: one ListOffsets per leader, asked together."""
+        return self._latest(partitions, read_committed=False)
+
+    def stable_ends(self, partitions: Iterable[tuple[str, int]]
+                    ) -> dict[tuple[str, int], int]:
+        """stable_end() of several partitions: one ListOffsets per leader, asked together."""
+        return self._latest(partitions, read_committed=True)
+
+    def _latest(self, partitions: Iterable[tuple[str, int]], *,
+                read_committed: bool) -> dict[tuple[str, int], int]:
+        wanted = dict.fromkeys(partitions, LATEST)
         try:
-            answer = self._queries.list_offsets({(topic, partition): LATEST},
-                                                read_committed=read_committed)
+            return self._queries.list_offsets(wanted, read_committed=read_committed)
         except BrokerAuthenticationError as exc:
             raise KafkaException(KafkaError(KafkaError._AUTHENTICATION,
                                             f"emulation: ListOffsets: {exc}")) from None
         except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
                 FutureTimeout) as exc:
+            names = ", ".join(f"{t}[{p}]" for t, p in wanted)
             raise KafkaException(KafkaError(
-                self._missing_or_timed_out(topic),
-                f"emulation: ListOffsets for {topic}[{partition}]: {exc}")) from None
-        return answer[(topic, partition)]
+                self._missing_or_timed_out({t for t, _ in wanted}),
+                f"emulation: ListOffsets for {names}: {exc}")) from None
 
-    def _missing_or_timed_out(self, topic: str) -> int:
-        """The error code of a question that failed: UNKNOWN_TOPIC_OR_PART when the topic
+    def _missing_or_timed_out(self, topics: set[str]) -> int:
+        """The error code of a question that failed: UNKNOWN_TOPIC_OR_PART when a topic
         does not exist (as librdkafka's consumer says it), else _TIMED_OUT."""
         try:
-            meta = self._queries.topics([topic]).get(topic)
+            found = self._queries.topics(sorted(topics))
         except Exception:  # noqa: BLE001 - the cluster is not answering: timed out
             return KafkaError._TIMED_OUT
-        if meta is not None and meta.error_code == UNKNOWN_TOPIC:
+        if any(meta.error_code == UNKNOWN_TOPIC for meta in found.values()):
             return KafkaError.UNKNOWN_TOPIC_OR_PART
         return KafkaError._TIMED_OUT
 
@@ -140,6 +150,13 @@ class ConsumerLogEnds:
     def stable_end(self, topic: str, partition: int) -> int:
         return self._committed.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=QUESTION_TIMEOUT_S, cached=False)[1]
+
+    def log_ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: self.log_end(*tp) for tp in partitions}
+
+    def stable_ends(self, partitions: Iterable[tuple[str, int]]
+                    ) -> dict[tuple[str, int], int]:
+        return {tp: self.stable_end(*tp) for tp in partitions}
 
     def wait(self, what: str, test: Callable[[], bool], timeout: float) -> None:
         wait_until(what, test, timeout)
