@@ -383,6 +383,48 @@ def test_gaps_that_line_up_share_one_transaction(stock):
     check_partitions(stock, topic, LINED_UP, stamp)
 
 
+def test_calls_above_the_partition_bound_still_share(stock, monkeypatch):
+    """A copy calling partition by partition in calls larger than the per-partition bound
+    (HELD_MAX, here 4): partitions with gaps wait for each other (2 shared transactions, as
+    with small calls, not 6), until the bound on all held records (here 12) writes what is
+    held; a partition without a gap streams at once past HELD_MAX."""
+    from kipproducer.producer import emulation_of
+    from kipproducer.stock import emulation as emulation_module
+
+    monkeypatch.setattr(emulation_module, "HELD_MAX", 4)
+    monkeypatch.setattr(emulation_module, "HELD_TOTAL_MAX", 1000)
+    topic = new_topic(stock, "em-bound", partitions=3)
+    stamp = now_ms() - 1000
+    with emulated_producer(stock, unique("w")) as p:
+        assert p.kip_mode(topic) == "emulated"
+        produce_lined_up(p, topic, LINED_UP, stamp)
+        emulation = emulation_of(p)
+        assert len(emulation) == 18  # all held: every partition has a gap
+        assert p.flush(30) == 0
+        assert emulation.gap_transactions == 2
+    check_partitions(stock, topic, LINED_UP, stamp)
+
+    monkeypatch.setattr(emulation_module, "HELD_TOTAL_MAX", 12)
+    topic = new_topic(stock, "em-bound-all", partitions=4)
+    with emulated_producer(stock, unique("w")) as p:
+        assert p.kip_mode(topic) == "emulated"
+        emulation = emulation_of(p)
+        produce_lined_up(p, topic, {0: LINED_UP[0]}, stamp)
+        assert len(emulation) == 6
+        produce_lined_up(p, topic, {1: LINED_UP[1]}, stamp)  # 12 held: both written
+        assert len(emulation) == 0
+        assert emulation.gap_transactions == 2  # partitions 0 and 1 shared their rounds
+        produce_lined_up(p, topic, {2: LINED_UP[2]}, stamp)
+        dense = {3: list(range(5))}  # no gap, past HELD_MAX: streams at once
+        produce_lined_up(p, topic, dense, stamp)
+        # the dense call wrote the partitions with gaps too, up to their last gap: only
+        # partition 2's last run (offset 9) is held
+        assert len(emulation) == 1
+        assert p.flush(30) == 0
+        assert emulation.gap_transactions == 4
+    check_partitions(stock, topic, {**LINED_UP, **dense}, stamp)
+
+
 _DYING_SHARED_WRITER = textwrap.dedent("""
     import json, sys
     import numpy as np

@@ -239,12 +239,16 @@ class ClusterQueries:
         ``{name: TopicMetadata}``; a missing topic has error_code UNKNOWN_TOPIC_OR_PARTITION."""
         return self._run(partitions_of(self.cluster, names))
 
-    def list_offsets(self, wanted: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    def list_offsets(self, wanted: Mapping[TopicPartition, int], *,
+                     read_committed: bool | None = None) -> dict[TopicPartition, int]:
         """``{(topic, partition): -2 | -1 | timestamp}`` -> the offsets ListOffsets answers
-        (at this client's isolation level)."""
+        (at this client's isolation level, or read_committed / read_uncommitted when
+        ``read_committed`` says which: one client asks both, the stock emulation's log end
+        and last stable offset)."""
         if not wanted:
             return {}
-        return self._run(list_offsets(self.cluster, wanted, read_committed=self.read_committed,
+        committed = self.read_committed if read_committed is None else read_committed
+        return self._run(list_offsets(self.cluster, wanted, read_committed=committed,
                                       timeout_s=self.timeout_s))
 
     def leaders_lacking(self, topic: str, feature: str) -> list[int]:

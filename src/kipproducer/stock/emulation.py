@@ -19,6 +19,7 @@ reports are queued and handed to the callbacks from poll() / flush(), as librdka
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
 from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
-from .log_ends import LogEnds
+from .log_ends import ConsumerLogEnds, LogEnds, log_ends_reader
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
 from .rows import FailedRecord, Rows, bulk_columns, slice_parts
@@ -43,8 +44,14 @@ _NOT_INHERITED = ("transactional.id", "enable.idempotence", "on_delivery", "deli
                   "acks", "request.required.acks", "max.in.flight",
                   "max.in.flight.requests.per.connection", "enable.gapless.guarantee",
                   "transaction.timeout.ms")
-#: Held records of one partition written before more are taken (bounds the memory).
+#: Held records of one partition without a gap written before more are taken: a dense copy
+#: streams through the bulk lane in runs of this size.
 HELD_MAX = 100_000
+#: Held records of all partitions written together once this many are held (bounds the
+#: memory). Below it a partition with a gap waits for its next call (or poll(), flush()), so
+#: a copy that calls partition by partition, even in calls of HELD_MAX records, has every
+#: partition's gaps ready together and they share transactions.
+HELD_TOTAL_MAX = 1_000_000
 
 OFFSETS_CALL = "offset="
 CONDITIONAL_CALL = "expected_offset="
@@ -122,8 +129,12 @@ class Emulation:
         self._timeout = timeout_s
         self._configured_id = transactional_id or None
         self._txn: Producer | None = None
+        # the transactional producer starting in the background (a configured id: its fence
+        # is under way while the caller prepares its first call); joined before any use
+        self._txn_starting: threading.Thread | None = None
+        self._txn_started: list = []  # the started producer, or the exception it raised
         self._plain: Producer | None = None
-        self._ends_reader: LogEnds | None = None
+        self._ends_reader: LogEnds | ConsumerLogEnds | None = None
         # the log end each partition has once what was sent to it is in (markers counted)
         self._ends: dict[tuple[str, int], int] = {}
         self._held: dict[tuple[str, int], list[Rows]] = {}
@@ -145,10 +156,23 @@ class Emulation:
     # ---- what the Producer calls ----------------------------------------------------------
 
     def probe(self) -> None:
+        if self._ends_reader is None:
+            self._start_clients()
         probe_cluster(self._connection, self._probe_topic, min(self._timeout, 30.0))
-        # the log-end readers connect in the background from here: a fresh consumer's first
-        # ListOffsets waits for its connection and metadata (about 0.7 s on the stand-in)
-        self._reader()
+
+    def _start_clients(self) -> None:
+        """At the first probe, while the probe runs (its verdict decides before anything is
+        written): the log-end reader connects, and a writer with a configured id starts its
+        transactional producer, whose InitProducerId fences the predecessor (the engine's
+        start, FindCoordinator, InitProducerId: 0.1-0.3 s on the stand-in, first-use costs
+        included). The first log end joins the fence: it is still read only after the
+        predecessor's open transaction is aborted. A random id has no predecessor; its
+        producer starts at its first transaction."""
+        self._reader().warm_up(self._probe_topic)
+        if self._configured_id is not None and self._txn is None and not self._txn_starting:
+            self._txn_starting = threading.Thread(target=self._start_txn_producer,
+                                                  name="kip-emulation-fence", daemon=True)
+            self._txn_starting.start()
 
     def __len__(self) -> int:
         return self._held_count  # (runs in flight are counted by the bulk lane's queue)
@@ -191,8 +215,11 @@ class Emulation:
         held.append(rows)
         self._held_count += len(rows)
         count = self._held_per_key[key] = self._held_per_key.get(key, 0) + len(rows)
-        if count >= HELD_MAX:
-            self._drain_keys([*(self._gapped - {key}), key], final_key=key)
+        if self._held_count >= HELD_TOTAL_MAX:
+            self._drain_keys(list(self._held), final=True)
+        elif count >= HELD_MAX and key not in self._gapped:
+            # a dense run streams (nothing of it waits for a transaction)
+            self._drain_keys([*self._gapped, key], final_key=key)
         elif again:
             self._drain_keys(list(self._gapped))
 
@@ -276,6 +303,11 @@ class Emulation:
 
     def close(self) -> None:
         self.serve(final=True)
+        try:
+            # bounded: on a cluster the probe refused, the fence may wait out its timeout
+            self._join_txn_start(timeout=5.0)
+        except Exception:  # noqa: BLE001 - a fence that failed: nothing of it to close
+            log.debug("emulation: the transactional producer's start failed", exc_info=True)
         for producer in (self._txn, self._plain):
             if producer is not None:
                 producer.flush(5)
@@ -285,9 +317,9 @@ class Emulation:
 
     # ---- clients --------------------------------------------------------------------------
 
-    def _reader(self) -> LogEnds:
+    def _reader(self) -> LogEnds | ConsumerLogEnds:
         if self._ends_reader is None:
-            self._ends_reader = LogEnds(self._connection)
+            self._ends_reader = log_ends_reader(self._connection)
         return self._ends_reader
 
     def _plain_producer(self) -> Producer:
@@ -301,18 +333,44 @@ class Emulation:
         """The transactional producer (the engine's transactions: they can add a partition
         without a record); starting it fences a predecessor with the same id and aborts that
         one's open transaction (before any log end is read)."""
+        self._join_txn_start()
         if self._txn is None:
-            from ..producer import Producer as EngineProducer
-
-            txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
-            # linger.ms=0: every write is flushed at once anyway, and a linger shows in
-            # each transaction's begin-to-EndTxn time
-            producer = EngineProducer({**self._connection, "transactional.id": txn_id,
-                                       "linger.ms": 0,
-                                       "transaction.timeout.ms": int(self._timeout * 1000)})
-            producer.init_transactions(self._timeout)
-            self._txn = producer
+            self._txn = self._new_txn_producer()
         return self._txn
+
+    def _new_txn_producer(self) -> Producer:
+        from ..producer import Producer as EngineProducer
+
+        txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
+        # linger.ms=0: every write is flushed at once anyway, and a linger shows in each
+        # transaction's begin-to-EndTxn time
+        producer = EngineProducer({**self._connection, "transactional.id": txn_id,
+                                   "linger.ms": 0,
+                                   "transaction.timeout.ms": int(self._timeout * 1000)})
+        producer.init_transactions(self._timeout)
+        return producer
+
+    def _start_txn_producer(self) -> None:
+        """The background start's thread: the producer, or what it raised, for the joiner."""
+        try:
+            self._txn_started.append(self._new_txn_producer())
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self._txn_started.append(exc)
+
+    def _join_txn_start(self, timeout: float | None = None) -> None:
+        """Wait for the background start, if one is under way; a start that failed is raised
+        once (the next use starts the producer again, in the caller's thread). With
+        ``timeout``, a start still under way after it is left to itself."""
+        thread = self._txn_starting
+        if thread is None:
+            return
+        thread.join(timeout)
+        self._txn_starting = None
+        started = self._txn_started.pop() if self._txn_started else None
+        if isinstance(started, BaseException):
+            raise started
+        if started is not None:
+            self._txn = started
 
     # ---- offsets (KIP-391) ----------------------------------------------------------------
 
@@ -328,7 +386,10 @@ class Emulation:
     def _log_end(self, key: tuple[str, int]) -> int:
         end = self._ends.get(key)
         if end is None:
-            self._txn_producer()  # fence first: a dead predecessor's marker lands now
+            if self._configured_id is not None:
+                # fence first: a dead predecessor's marker lands now (a random id has no
+                # predecessor, and its producer starts at its first transaction)
+                self._txn_producer()
             reader = self._reader()
             # A transaction still open here (another writer's) would put its marker in the
             # middle of ours later: wait until it is decided.
@@ -397,6 +458,7 @@ class Emulation:
         the records after the failed step reported with its error."""
         while plans:
             gaps: dict[tuple[str, int], Action] = {}
+            sent: list[tuple[tuple[str, int], _Plan]] = []
             for key, plan in list(plans.items()):
                 error = None
                 while plan.next < len(plan.actions) and plan.current.step == Step.PLAIN:
@@ -405,14 +467,20 @@ class Emulation:
                     if error is not None:
                         break
                 if error is None and plan.next < len(plan.actions):
-                    # a transaction goes only after every plain run of the partition is in
-                    # and checked: its fillers and marker must land where the plan says
-                    error = self._settle(key)
-                    if error is None:
-                        gaps[key] = plan.current
-                        continue
+                    sent.append((key, plan))  # settled below, once every partition's runs go
+                    continue
                 if error is not None:
                     self._fail_after(plan, error)
+                del plans[key]
+            for key, plan in sent:
+                # a transaction goes only after every plain run of the partition is in and
+                # checked: its fillers and marker must land where the plan says (the runs
+                # of all the round's partitions are in flight together meanwhile)
+                error = self._settle(key)
+                if error is None:
+                    gaps[key] = plan.current
+                    continue
+                self._fail_after(plan, error)
                 del plans[key]
             if not gaps:
                 return
@@ -559,8 +627,7 @@ class Emulation:
             fills = {key: action for key, action in gaps.items() if action.step == Step.FILL}
             wrong.update(self._write_fillers(producer, fills))
             producer.abort_transaction(self._timeout)
-            for (topic, partition), action in gaps.items():
-                ends[(topic, partition)] = self._end_after_marker(topic, partition, action)
+            ends.update(self._ends_after_markers(gaps))
         except KafkaException as exc:
             wrong = dict.fromkeys(gaps, exc.args[0])
         return {key: self._after_transaction(key, action, wrong[key], ends[key])
@@ -602,21 +669,30 @@ class Emulation:
         self._ends.pop(key, None)
         return _offsets_error(wrong, end)
 
-    def _end_after_marker(self, topic: str, partition: int, action: Action) -> int:
-        """The partition's log end once the marker of the transaction just ended is in the log
-        past ``action.start``: Kafka writes markers after it has answered EndTxn, so nothing
-        else may go before it is seen. The last stable offset answers both at once when it
-        is where the plan ends (the next step checks where it lands anyway)."""
+    def _ends_after_markers(self, gaps: dict[tuple[str, int], Action]
+                            ) -> dict[tuple[str, int], int]:
+        """Each partition's log end once the marker of the transaction just ended is in the
+        log past its gap's start: Kafka writes markers after it has answered EndTxn, so
+        nothing else may go before it is seen. The last stable offsets of all the
+        partitions are asked together (one ListOffsets per leader); a partition whose last
+        stable offset is where its plan ends has its answer (the next step checks where it
+        lands anyway), the others' log ends are asked together after."""
         reader = self._reader()
-        stable = [-1]
+        stable: dict[tuple[str, int], int] = {}
+        waiting = list(gaps)
 
-        def marker_in() -> bool:
-            stable[0] = reader.stable_end(topic, partition)
-            return stable[0] > action.start
+        def markers_in() -> bool:
+            asked = reader.stable_ends(waiting)
+            stable.update(asked)
+            waiting[:] = [key for key in waiting if asked[key] <= gaps[key].start]
+            return not waiting
 
-        reader.wait(f"the transaction marker in {topic}[{partition}]", marker_in,
-                    self._timeout)
-        return stable[0] if stable[0] == action.end else reader.log_end(topic, partition)
+        reader.wait("the transaction marker in "
+                    + ", ".join(f"{t}[{p}]" for t, p in gaps), markers_in, self._timeout)
+        ends = {key: stable[key] for key in gaps if stable[key] == gaps[key].end}
+        if len(ends) < len(gaps):
+            ends.update(reader.log_ends([key for key in gaps if key not in ends]))
+        return ends
 
     # ---- conditional publish (KIP-27) -----------------------------------------------------
 
