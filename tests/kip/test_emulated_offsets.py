@@ -475,3 +475,25 @@ def test_kill_9_mid_shared_transaction_then_restart(stock):
         produce_lined_up(p, topic, rest, stamp)
         assert p.flush(30) == 0
     check_partitions(stock, topic, LINED_UP, stamp)
+
+
+def test_arrays_refilled_by_the_caller_after_the_call_keep_what_was_given(stock):
+    """A gap holds a call's records for the next call; a caller that reuses its numpy arrays
+    for that next call must not change them (the emulation keeps copies, as the engine's
+    accumulator does)."""
+    topic = new_topic(stock, "em-reuse")
+    values, keys = np.empty(3, dtype=object), np.empty(3, dtype=object)
+    offsets = np.empty(3, dtype=np.int64)
+    with emulated_producer(stock, unique("w")) as p:
+        for call in range(2):
+            values[:] = [b"v%d-%d" % (call, i) for i in range(3)]
+            keys[:] = [b"k%d-%d" % (call, i) for i in range(3)]
+            offsets[:] = [10 * call + i * 3 for i in range(3)]  # gaps of 2: held for now
+            p.produce_arrays(topic, values, keys=keys, partition=0, offsets=offsets)
+        values[:] = [b"overwritten"] * 3
+        keys[:] = [b"overwritten"] * 3
+        offsets[:] = [100, 101, 102]
+        assert p.flush(30) == 0
+    got = [(r.offset, r.key, r.value) for r in committed(stock, topic)]
+    assert got == [(10 * c + 3 * i, b"k%d-%d" % (c, i), b"v%d-%d" % (c, i))
+                   for c in range(2) for i in range(3)]

@@ -121,10 +121,19 @@ def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, time
     from ..record_fields import as_list as _as_list
     from ..record_fields import per_record_headers as _per_record_headers
 
-    values = _as_list(values)
+    def held(column: Any) -> Any:
+        """The column as the emulation may hold it past this call: a numpy object array is
+        copied as an array (its references: about a hundredth of what a list of a million
+        costs to build), anything else becomes a list. A copy either way, so a caller that
+        refills its arrays for the next call does not change records still held."""
+        if isinstance(column, np.ndarray) and column.dtype == object and column.ndim == 1:
+            return column.copy()
+        return _as_list(column)
+
+    values = held(values)
     n = len(values)
-    key_col = _as_list(keys) if keys is not None else None
-    stamps = np.asarray(timestamps, dtype=np.int64) if timestamps is not None else None
+    key_col = held(keys) if keys is not None else None
+    stamps = np.array(timestamps, dtype=np.int64) if timestamps is not None else None
     if headers is None:
         rows = None
     elif _per_record_headers(headers, n):
@@ -143,7 +152,7 @@ def produce_arrays(emulation: Emulation, topic: str, values, keys, headers, time
         emulation.conditional(topic, first, [Rows(None, key_col, values, rows, stamps, sink)],
                               expected)
         return n
-    asked = np.asarray(offsets, dtype=np.int64)
+    asked = np.array(offsets, dtype=np.int64)  # a copy: held past this call
     if len(asked) != n:
         raise ValueError("offsets and values must have the same length")
     if not n:

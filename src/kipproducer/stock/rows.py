@@ -3,7 +3,7 @@ what the emulation holds per partition and hands to its lanes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,8 @@ class Rows:
     """One call's records for one partition, as columns."""
 
     offsets: np.ndarray | None   # asked offsets (int64); None: conditional or plain records
-    keys: list | None            # None: no key anywhere
-    values: list
+    keys: Sequence | None        # None: no key anywhere (a list, or a numpy object array)
+    values: Sequence
     headers: list | None         # one entry per record; None: no header anywhere
     timestamps: np.ndarray | None  # ms per record (0: none); None: none anywhere
     sink: Sink
@@ -83,9 +83,10 @@ def bulk_columns(parts: list[Rows]) -> tuple[list, Any, Any, Any]:
     else:
         values = [v for p in parts for v in p.values]
         keys = (None if all(p.keys is None for p in parts) else
-                [k for p in parts for k in (p.keys or [None] * len(p))])
+                [k for p in parts for k in (p.keys if p.keys is not None else [None] * len(p))])
         headers = (None if all(p.headers is None for p in parts) else
-                   [h for p in parts for h in (p.headers or [None] * len(p))])
+                   [h for p in parts
+                    for h in (p.headers if p.headers is not None else [None] * len(p))])
         stamps = (None if all(p.timestamps is None for p in parts) else
                   np.concatenate([p.timestamps if p.timestamps is not None
                                   else np.zeros(len(p), np.int64) for p in parts]))
