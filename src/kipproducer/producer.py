@@ -33,6 +33,7 @@ import functools
 import logging
 import operator
 import random
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -164,6 +165,7 @@ class Producer(confluent_kafka.Producer):
                     txn_config.retry_backoff_ms)
         self._transactional = bool(conf.get("transactional.id")) and self._txn is None
         self._per_record_reports = client_config.value(conf, "kip.delivery.report.per.record")
+        self._switch_interval_s = client_config.value(conf, "kip.switch.interval.ms") / 1000
         # Why records with offsets / expected offsets cannot go (the configuration is fixed).
         self._kip_refusals = (self._kip_refusal(True), self._kip_refusal(False))
         # The C produce() appends offset= / expected_offset= records itself only when nothing
@@ -191,6 +193,10 @@ class Producer(confluent_kafka.Producer):
         if self._engine is None:
             from .engine.engine import Engine
 
+            # the sender thread must get the interpreter lock soon after it asks for it
+            # (kip.switch.interval.ms in docs/producer.md says why)
+            if 0 < self._switch_interval_s < sys.getswitchinterval():
+                sys.setswitchinterval(self._switch_interval_s)
             config = EngineConfig.from_properties(self._conf)
             if super().__len__():
                 # produce() calls made before the engine existed were not counted per topic
