@@ -45,7 +45,13 @@ TopicPartition = tuple[str, int]
 
 
 class ClusterQueryError(RuntimeError):
-    """A metadata or ListOffsets question the cluster did not answer (names what and why)."""
+    """A metadata or ListOffsets question the cluster did not answer (names what and why).
+    ``error_code``: the Kafka error behind it when there is one (UNKNOWN_TOPIC_OR_PARTITION
+    for a topic that does not exist), else None."""
+
+    def __init__(self, message: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.error_code = error_code
 
 
 def bootstrap_addresses(servers: str) -> list[tuple[str, int]]:
@@ -154,7 +160,8 @@ async def _refresh_leaders(cluster: Cluster, left: Mapping[TopicPartition, int])
     for topic in topics:
         meta = cluster.topics.get(topic)
         if meta is not None and meta.error_code == UNKNOWN_TOPIC:
-            raise ClusterQueryError(f"ListOffsets: topic {topic!r} does not exist")
+            raise ClusterQueryError(f"ListOffsets: topic {topic!r} does not exist",
+                                    UNKNOWN_TOPIC)
 
 
 async def _ask_leader(cluster: Cluster, leader: int, asked: Mapping[TopicPartition, int],

@@ -100,20 +100,11 @@ class LogEnds:
         except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
                 FutureTimeout) as exc:
             names = ", ".join(f"{t}[{p}]" for t, p in wanted)
+            # a topic that does not exist is named as librdkafka's consumer names it
+            missing = getattr(exc, "error_code", None) == UNKNOWN_TOPIC
             raise KafkaException(KafkaError(
-                self._missing_or_timed_out({t for t, _ in wanted}),
+                KafkaError.UNKNOWN_TOPIC_OR_PART if missing else KafkaError._TIMED_OUT,
                 f"emulation: ListOffsets for {names}: {exc}")) from None
-
-    def _missing_or_timed_out(self, topics: set[str]) -> int:
-        """The error code of a question that failed: UNKNOWN_TOPIC_OR_PART when a topic
-        does not exist (as librdkafka's consumer says it), else _TIMED_OUT."""
-        try:
-            found = self._queries.topics(sorted(topics))
-        except Exception:  # noqa: BLE001 - the cluster is not answering: timed out
-            return KafkaError._TIMED_OUT
-        if any(meta.error_code == UNKNOWN_TOPIC for meta in found.values()):
-            return KafkaError.UNKNOWN_TOPIC_OR_PART
-        return KafkaError._TIMED_OUT
 
     def wait(self, what: str, test: Callable[[], bool], timeout: float) -> None:
         wait_until(what, test, timeout)
