@@ -20,7 +20,6 @@ the cipher suite the broker negotiates with a default OpenSSL client.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import signal
 import socket
@@ -38,6 +37,7 @@ from bench_support import (
     start_kip_broker_with,
     versions,
 )
+from side_by_side_copy import broker_cpu
 from side_by_side_producer import (
     CONTENDERS,
     KEY_SIZE,
@@ -61,16 +61,6 @@ def make_certs(directory: Path) -> tuple[Path, Path]:
     ca.cert_pem.write_to_path(str(ca_pem))
     server.private_key_and_cert_chain_pem.write_to_path(str(broker_pem))
     return ca_pem, broker_pem
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process (Linux /proc), NaN elsewhere."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def negotiated_suite(address: str, ca_pem: Path) -> str:
@@ -111,12 +101,12 @@ def main(argv=None) -> None:
         for rnd in range(args.repeat):
             for number, (transport, name, mode) in enumerate(jobs):  # interleaved
                 tls = transport == "TLS"
-                broker_cpu0 = process_cpu_seconds(proc.pid)
+                broker_cpu0 = broker_cpu(proc.pid)
                 result = run_child(name, plain, f"tls-{number}-{rnd}", n,
                                    bootstrap=listeners["SSL"] if tls else plain,
                                    callbacks=mode, chunk=args.chunk,
                                    client_config=tls_config if tls else None)
-                result["broker_cpu"] = process_cpu_seconds(proc.pid) - broker_cpu0
+                result["broker_cpu"] = broker_cpu(proc.pid) - broker_cpu0
                 results[(transport, name, mode)].append(result)
                 print(f"{transport:9s} {name:24s} {'cb' if mode else 'no cb':5s} "
                       f"{n / result['seconds'] / 1e6:6.2f} M rec/s cpu {result['cpu']:.2f} s "
