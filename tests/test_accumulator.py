@@ -132,6 +132,42 @@ def test_linger():
     assert acc.next_ready_ms() is None
 
 
+def test_release_gives_the_bytes_back_unless_a_report_reads_them():
+    """A released batch's buffer goes back to the pool at once when its reports are per
+    batch; per-record reports decode it later, and an open view still points into it."""
+    from kipproducer._accumulator import ReportTarget
+
+    def drained(opaque):
+        acc = RecordAccumulator(linger_ms=0)
+        acc.append_arrays("t", 0, [b"a", b"b"], keys=[b"k", None], opaque=opaque)
+        [batch] = acc.drain(flush=True)
+        return acc, batch
+
+    def values(batch):
+        return [r.value for b in decode_batches(batch.data) for r in b]
+
+    for per_batch in (None, ReportTarget(print, False)):
+        acc, batch = drained(per_batch)
+        acc.release(batch)
+        assert (acc.buffered_bytes, acc.buffered_messages) == (0, 0)
+        with pytest.raises(BufferError, match="went back to the buffer pool"):
+            memoryview(batch)
+        assert batch.record_count == 2  # what a per-batch report reads is kept
+        _, again = drained(per_batch)  # the pooled buffer serves the next batch
+        assert values(again) == [b"a", b"b"]
+
+    acc, batch = drained(ReportTarget(print, True))
+    expected = bytes(batch.data)
+    acc.release(batch)
+    assert bytes(batch.data) == expected and values(batch) == [b"a", b"b"]
+
+    acc, batch = drained(None)
+    view = batch.data  # a view still open (a write not finished): the bytes stay
+    acc.release(batch)
+    assert bytes(view) == bytes(batch.data)
+    view.release()
+
+
 def test_back_pressure_and_release():
     acc = RecordAccumulator(max_messages=5, linger_ms=0)
     for _ in range(5):

@@ -404,6 +404,9 @@ cdef class ProducerBatch:
     def __getbuffer__(self, Py_buffer *view, int flags):
         if not self.finished:
             raise BufferError("a batch has no bytes until it is drained")
+        if self.buf.data == NULL:
+            raise BufferError("a delivered batch's bytes went back to the buffer pool; only "
+                              "batches with per-record delivery reports keep them")
         view.buf = self.buf.data
         view.len = self.buf.size
         view.readonly = 1
@@ -1484,9 +1487,18 @@ cdef class RecordAccumulator:
         st.ready.insert(i, batch)
 
     def release(self, ProducerBatch batch):
-        """The batch is done (delivered or failed for good): free its share of the bounds."""
+        """The batch is done (delivered or failed for good): free its share of the bounds.
+
+        Its bytes go back to the buffer pool now unless a per-record delivery report will
+        decode them (a ReportTarget with per_record, or an opaque of another kind) or a view
+        of them is still open. Its delivery report waits for the caller's next poll() or
+        flush(), and a produce_arrays loop that never blocks calls neither: holding the bytes
+        until then kept every batch of the loop alive (a megabyte each), and each new batch
+        took fresh memory and its page faults instead of a pooled buffer."""
         self.buffered_bytes -= batch.records_size + BATCH_OVERHEAD
         self.buffered_messages -= batch.record_count
+        if batch._exports == 0 and batch.finished and not batch_reports_need_bytes(batch):
+            pool_give(&batch.buf)
 
     def next_ready_ms(self, now_ms=None):
         """Milliseconds until drain() has something to hand out (0 = now, None = nothing)."""
@@ -1836,6 +1848,37 @@ def key_lengths(keys):
     return scan_keys(keys, SCAN_LENGTH, np.int64)
 
 
+def largest_record(values, keys=None):
+    """``(count, index, size)``: how many records the columns hold, and which one's key and
+    value bytes add up to the most (a null counts 0) and how many that is, in one pass over
+    both columns with no arrays built: produce_arrays checks message.max.bytes with it before
+    it appends anything. ``(0, -1, 0)`` for no records."""
+    cdef Column vcol, kcol
+    cdef Blob vb, kb
+    cdef Py_ssize_t i, n, size, best = -1, best_size = 0
+    cdef bint has_keys = keys is not None
+    column_init(&vcol)
+    column_init(&kcol)
+    holders = []
+    try:
+        n = column_open(&vcol, values, holders, "values")
+        if has_keys and column_open(&kcol, keys, holders, "keys") != n:
+            raise ValueError("keys and values must have the same length")
+        for i in range(n):
+            column_get(&vcol, i, &vb)
+            size = vb.size if vb.size > 0 else 0
+            if has_keys:
+                column_get(&kcol, i, &kb)
+                if kb.size > 0:
+                    size += kb.size
+            if size > best_size or best < 0:
+                best, best_size = i, size
+        return n, best, best_size
+    finally:
+        column_close(&vcol)
+        column_close(&kcol)
+
+
 cdef inline int check_payload(object value, str name, Py_ssize_t index) except -1:
     """confluent-kafka's check of a message's value or key (None passes)."""
     if (value is None or PyBytes_CheckExact(value) or isinstance(value, (bytes, str))
@@ -2078,6 +2121,19 @@ cdef class ReportTarget:
     def __init__(self, callback, bint per_record):
         self.callback = callback
         self.per_record = per_record
+
+
+cdef bint batch_reports_need_bytes(ProducerBatch batch):
+    """Whether the batch's delivery reports decode its records (per-record reports) or may
+    (an opaque this module does not know)."""
+    if batch.opaque_runs is None:
+        return False  # reported per batch, through the producer's default callback
+    for _, target in batch.opaque_runs:
+        if target is None:
+            continue
+        if type(target) is not ReportTarget or (<ReportTarget>target).per_record:
+            return True
+    return False
 
 
 cdef class ProduceState:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from producer_support import create_topic, free_port, read_confluent, unique
 
@@ -74,6 +75,39 @@ def test_produce_arrays_blocks_until_served(kip, bound):
     assert p.flush(20) == 0
     got = read_confluent(kip.bootstrap, topic, 1, expected=2 * n)[n:]
     assert [r.value for r in got] == list(values) == [r.key for r in got]
+    p.close()
+
+
+def test_a_loop_that_never_polls_does_not_hold_the_delivered_batches(kip):
+    """produce_arrays calls that never block never serve reports, so the reports pile up
+    until flush(); the batches they report go back to the buffer pool when the broker
+    answers, not when the report is served: 100 MB sent, held reports or not, far less in
+    memory."""
+    topic = create_topic(kip.bootstrap, unique("unpolled"), 1)
+    p = kp.Producer({"bootstrap.servers": kip.bootstrap, "linger.ms": 5})
+    watch = Consumer({"bootstrap.servers": kip.bootstrap, "group.id": unique("watch")})
+    values = np.array([b"v" * 10_000] * 500, dtype=object)  # 5 MB a call
+    counted = []
+    p.produce_arrays(topic, values[:1], on_delivery=lambda e, r: counted.append(r.count))
+    assert p.flush(20) == 0
+    tracemalloc.start()
+    try:
+        for call in range(1, 21):
+            p.produce_arrays(topic, values, on_delivery=lambda e, r: counted.append(r.count))
+            deadline = time.monotonic() + 30
+            while watch.get_watermark_offsets(TopicPartition(topic, 0), 5)[1] < 1 + 500 * call:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while tracemalloc.get_traced_memory()[0] > 40 << 20:
+            assert time.monotonic() < deadline, (
+                f"{tracemalloc.get_traced_memory()[0] >> 20} MiB held after 100 MB delivered")
+            time.sleep(0.05)
+        assert sum(counted) == 1  # no report was served: they all still wait
+    finally:
+        tracemalloc.stop()
+        watch.close()
+    assert p.flush(30) == 0 and sum(counted) == 1 + 20 * 500
     p.close()
 
 
