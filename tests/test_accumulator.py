@@ -134,7 +134,8 @@ def test_linger():
 
 def test_release_gives_the_bytes_back_unless_a_report_reads_them():
     """A released batch's buffer goes back to the pool at once when its reports are per
-    batch; per-record reports decode it later, and an open view still points into it."""
+    batch (or go to no callback); per-record reports decode it later, and an open view
+    still points into it."""
     from kipproducer._accumulator import ReportTarget
 
     def drained(opaque):
@@ -146,7 +147,7 @@ def test_release_gives_the_bytes_back_unless_a_report_reads_them():
     def values(batch):
         return [r.value for b in decode_batches(batch.data) for r in b]
 
-    for per_batch in (None, ReportTarget(print, False)):
+    for per_batch in (None, ReportTarget(print, False), ReportTarget(None, True)):
         acc, batch = drained(per_batch)
         acc.release(batch)
         assert (acc.buffered_bytes, acc.buffered_messages) == (0, 0)

@@ -2124,14 +2124,18 @@ cdef class ReportTarget:
 
 
 cdef bint batch_reports_need_bytes(ProducerBatch batch):
-    """Whether the batch's delivery reports decode its records (per-record reports) or may
-    (an opaque this module does not know)."""
+    """Whether the batch's delivery reports decode its records (per-record reports to a
+    callback) or may (an opaque this module does not know)."""
+    cdef ReportTarget report_target
     if batch.opaque_runs is None:
         return False  # reported per batch, through the producer's default callback
     for _, target in batch.opaque_runs:
         if target is None:
             continue
-        if type(target) is not ReportTarget or (<ReportTarget>target).per_record:
+        if type(target) is not ReportTarget:
+            return True
+        report_target = <ReportTarget>target
+        if report_target.per_record and report_target.callback is not None:
             return True
     return False
 
