@@ -229,7 +229,7 @@ class FrameReceiver:
                 # Too big for the scratch buffer: its own buffer, filled in place from now on,
                 # allocated as the bytes come (see the class docstring).
                 body = receive_buffer(min(size, max(self.SCRATCH_BYTES, self.GROWTH * have)))
-                body[:have] = scratch[start + 4 : end]
+                body[:have] = memoryview(scratch)[start + 4 : end]  # one copy, not two
                 self._body, self._size, self._filled = body, size, have
                 start = end
             break
