@@ -63,7 +63,6 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 FRAME_HEAP_LIMIT = 4 * 1024 * 1024
 #: Free memory the heap keeps at its top instead of returning it: a few frames' worth.
 FRAME_HEAP_KEEP = 16 * 1024 * 1024
-_allocator_tuned = False
 
 
 def keep_frame_memory() -> None:
@@ -75,12 +74,11 @@ def keep_frame_memory() -> None:
     faulted in and zeroed by the kernel again: 4.4% of the broker's CPU over TLS with 1 MB
     produce requests, 0.4% with the thresholds here (perf; produce_arrays over TLS to
     `kip broker`, as in bench/side_by_side_tls.py). The cost: at most FRAME_HEAP_KEEP of free
-    memory kept after a burst. Other C libraries: nothing changes.
+    memory kept after a burst. Other C libraries: nothing changes. ``kip broker`` calls it (a
+    process of its own); an embedded broker leaves its host process's allocator alone.
     """
-    global _allocator_tuned
-    if _allocator_tuned or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return
-    _allocator_tuned = True
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # no mallopt in this C library
@@ -135,7 +133,6 @@ class BrokerServer:
     async def start(self) -> tuple[str, int]:
         """Bind and start accepting. The accept loop is ours, not loop.create_server's, so that
         at max.connections it can stop accepting (see connection_quotas)."""
-        keep_frame_memory()
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(
             self.host or None, self.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
