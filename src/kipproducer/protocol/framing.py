@@ -119,8 +119,9 @@ class FrameReceiver:
     or twice: growing a buffer in small steps costs more than receiving into it (measured: a
     1 MB frame took 1.2 ms doubling from 64 KiB, 90 us allocated whole). A large frame's buffer
     is not zero-filled (the socket writes every byte before the frame is handed out) and grows
-    in place (realloc, which remaps a large buffer instead of copying it): filling 1 MB with
-    zeros first cost the broker about as much as decrypting it.
+    in place (realloc, which remaps a large buffer instead of copying it): zero-filling 1 MB
+    took 24-49 us, allocating it unset under 1 us (a broker takes ~120 such frames per million
+    100-byte records).
 
     ``max_bytes`` is checked on each size prefix before anything is allocated for the frame
     (:class:`FrameTooLarge`); it may change between frames (a tighter limit before SASL
