@@ -8,6 +8,7 @@ from cpython.buffer cimport (
     PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer,
 )
 from cpython.memoryview cimport PyMemoryView_FromMemory
+from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint16_t, uint32_t
@@ -1182,3 +1183,22 @@ def plain_run(data, Py_ssize_t pos, bint stop_at_transactional):
     finally:
         PyBuffer_Release(&view)
     return pos, batches, records, next_offset, max_ts
+
+
+# -- receive buffers (protocol.framing.FrameReceiver) -------------------------------------------
+
+
+def receive_buffer(Py_ssize_t size):
+    """A bytearray of ``size`` bytes whose content is unset (not zero-filled): for a buffer the
+    socket is about to fill. Its bytes must be written before they are read."""
+    if size < 0:
+        raise ValueError(f"receive_buffer size must not be negative, got {size}")
+    return PyByteArray_FromStringAndSize(NULL, size)
+
+
+def extend_receive_buffer(bytearray buf, Py_ssize_t size):
+    """Grow ``buf`` to ``size`` bytes in place, the new bytes unset (realloc: a large buffer is
+    usually remapped, not copied). BufferError while a view of ``buf`` is alive."""
+    if size < len(buf):
+        raise ValueError(f"extend_receive_buffer cannot shrink {len(buf)} bytes to {size}")
+    PyByteArray_Resize(buf, size)

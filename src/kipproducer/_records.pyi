@@ -111,3 +111,7 @@ def plain_run(
 ) -> tuple[int, int, int, int, int]:
     """kip mirror: the run of plain batches from ``pos`` (end, batches, records, next offset,
     last max timestamp)."""
+def receive_buffer(size: int) -> bytearray:
+    """A bytearray of ``size`` bytes, content unset (not zero-filled)."""
+def extend_receive_buffer(buf: bytearray, size: int) -> None:
+    """Grow ``buf`` in place to ``size`` bytes, the new ones unset; BufferError while viewed."""

@@ -42,11 +42,13 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from .broker.broker import Broker
     from .broker.broker_config import BrokerConfigError
     from .broker.connection_quotas import raise_open_files_limit
+    from .broker.server import keep_frame_memory
     from .security_cli import broker_properties
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     raise_open_files_limit()  # one descriptor per connection
+    keep_frame_memory()  # a freed request's memory serves the next one
     host, port = _listen_address(args.listen or "127.0.0.1:9092")
     try:
         config = {**broker_properties(args), **_config_pairs(args.config)}

@@ -12,6 +12,7 @@ from kio.schema.response_header.v0 import ResponseHeader as KioResponseHeaderV0
 from kio.schema.response_header.v1 import ResponseHeader as KioResponseHeaderV1
 from protocol_test_support import kio_read, kio_write
 
+from kipproducer._records import extend_receive_buffer, receive_buffer
 from kipproducer.protocol import (
     DEFAULT_MAX_FRAME_BYTES,
     FrameReceiver,
@@ -180,6 +181,43 @@ class TestFrames:
         assert len(receiver._body) == growth * scratch
         [big] = receiver.feed(bytes(size - 10 - scratch))
         assert len(big) == size and receiver.partial == 0
+
+    def test_frame_receiver_grows_a_large_frame_whether_or_not_its_buffer_is_viewed(
+            self) -> None:
+        # The buffer grows in place (not zero-filled); while the socket still holds a view of
+        # it, in place is impossible and it is copied instead. Both give the frame's bytes.
+        payload = bytes(range(251)) * 8000  # ~2 MB: several growths from a 10-byte start
+        stream = struct.pack(">i", len(payload)) + payload
+        for keep_views in (False, True):
+            receiver = FrameReceiver()
+            views = []
+            assert receiver.feed(stream[:14]) == []
+            pos, frames, buffers = 14, [], set()
+            while pos < len(stream):
+                target = receiver.get_buffer()
+                buffers.add(id(target.obj))
+                count = min(len(target), 100_000, len(stream) - pos)
+                target[:count] = stream[pos : pos + count]
+                if keep_views:
+                    views.append(target)
+                del target
+                pos += count
+                frames += receiver.received(count)
+            assert frames == [bytearray(payload)] and receiver.partial == 0
+            # in place: one buffer throughout; viewed: a new one at each growth
+            assert (len(buffers) > 2) if keep_views else (len(buffers) == 1)
+            views.clear()
+
+    def test_receive_buffers_refuse_bad_sizes(self) -> None:
+        assert len(receive_buffer(0)) == 0
+        with pytest.raises(ValueError, match="must not be negative"):
+            receive_buffer(-1)
+        buf = receive_buffer(8)
+        buf[:] = b"abcdefgh"
+        extend_receive_buffer(buf, 20)
+        assert len(buf) == 20 and buf[:8] == b"abcdefgh"
+        with pytest.raises(ValueError, match="cannot shrink"):
+            extend_receive_buffer(buf, 4)
 
     def test_frame_receiver_refuses_sizes_before_allocating(self) -> None:
         frame = bytes(encode_request_frame(1, "c", build_request(3, 12)))
