@@ -90,6 +90,7 @@ class SocketTransport(asyncio.Transport):
         self._fd = sock.fileno()
         self._protocol = protocol
         self._tls = isinstance(sock, ssl.SSLSocket)
+        self._scatter = hasattr(sock, "sendmsg")  # not on Windows: one buffer per send there
         # Unsent buffers in order; the first may be a view of the rest of a buffer that went
         # out in part (with TLS OpenSSL wants the same buffer again after WANT_WRITE, so
         # there it is the whole buffer: OpenSSL knows how much of it it wrote).
@@ -195,7 +196,8 @@ class SocketTransport(asyncio.Transport):
         backlog = self._backlog
         sock = self._sock
         while backlog:
-            sent = sock.sendmsg(backlog) if len(backlog) > 1 else sock.send(backlog[0])
+            sent = (sock.sendmsg(backlog) if self._scatter and len(backlog) > 1
+                    else sock.send(backlog[0]))
             self._backlog_bytes -= sent
             while sent:
                 first = backlog[0]
