@@ -13,9 +13,11 @@ client-final, and the broker's signature is checked). Only then is the connectio
 A refusal is a :class:`BrokerAuthenticationError`: retrying with the same credentials would be
 refused again.
 
-With TLS (security.protocol SSL / SASL_SSL, engine/tls.py) the socket is wrapped by asyncio's
-SSL transport before anything is sent; a failed handshake (an unknown CA, a certificate that
-does not name the host) is a :class:`BrokerTlsError`, as final as a refused password.
+The socket is driven by the engine's own transport (engine/socket_transport.py: requests go
+from the batches to the socket without a copy in Python). With TLS (security.protocol SSL /
+SASL_SSL, engine/tls.py) the socket is wrapped in an SSLSocket and its handshake done before
+anything is sent; a failed handshake (an unknown CA, a certificate that does not name the
+host) is a :class:`BrokerTlsError`, as final as a refused password.
 
 OAUTHBEARER sends the token of the configured source (engine/oauth.py). When the broker
 answers SaslAuthenticate with a session lifetime (KIP-368), the connection re-authenticates
@@ -58,6 +60,7 @@ from kipproducer.sasl.scram import ScramClient
 from ..protocol.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from .config import SaslSettings
 from .oauth import TokenError
+from .socket_transport import SocketTransport, tls_handshake
 from .tls import TlsSettings, describe_handshake_error
 
 log = logging.getLogger("kipproducer.engine")
@@ -92,7 +95,8 @@ class _HandshakeLost(Exception):
 class HeldSocket(socket.socket):
     """The engine's sockets: non-blocking, and their send / receive calls keep the GIL.
 
-    asyncio's transport calls these methods as it calls a plain socket's; only the system
+    The engine's transport (engine/socket_transport.py) calls these methods as it would a
+    plain socket's (without TLS; an SSLSocket does its own system calls); only the system
     calls change (kipproducer._held_io says why: a busy caller thread otherwise delays every
     send and receive of the engine's sender by a GIL switch interval). Calls with flags,
     ancillary data or an address are the socket's own.
@@ -235,13 +239,15 @@ class BrokerConnection:
         try:
             if self.tls is not None:
                 try:
-                    return await loop.create_connection(
-                        lambda: _ResponseStream(self), sock=sock, ssl=self.tls.context,
-                        server_hostname=self.host if self.tls.check_hostname else None,
-                        ssl_handshake_timeout=self.connect_timeout_s)
+                    sock = await tls_handshake(
+                        loop, sock, self.tls.context,
+                        self.host if self.tls.check_hostname else None)
                 except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
                     raise _HandshakeLost(exc.strerror or type(exc).__name__) from None
-            return await loop.create_connection(lambda: _ResponseStream(self), sock=sock)
+                except ssl.SSLEOFError:
+                    raise _HandshakeLost("end of stream") from None
+            stream = _ResponseStream(self)
+            return SocketTransport(loop, sock, stream), stream
         except BaseException:
             sock.close()
             raise

@@ -323,6 +323,12 @@ class Engine:
 
     def partition_count(self, topic: str, timeout: float = 30.0) -> int:
         """Partitions of ``topic`` (metadata fetched if needed); raises on an unknown topic."""
+        # Fresh metadata answers here: the round trip to the sender thread is what the
+        # coroutine would answer with, and it cost the sender a wake-up, a task and a
+        # cross-thread future per bulk call (produce_arrays asks once per call).
+        known = self.known_partition_count(topic)
+        if known is not None:
+            return known
         return self.call(self._partition_count(topic, timeout - 1), timeout)
 
     def leaders_announce(self, topic: str, features: tuple[str, ...],
