@@ -246,21 +246,16 @@ class Producer(confluent_kafka.Producer):
             return partition
         if not isinstance(partition, int):
             return partition
-        # The count as the engine knows it now when that is fresh: asking the sender thread
-        # is a round trip through its event loop, which cost produce_arrays about a sixth of
-        # its caller's time in calls of 10,000 records.
-        total = engine.known_partition_count(topic)
-        if total is None:
-            try:
-                # No partition count without metadata: wait for it, but no longer than a
-                # record may wait for its delivery.
-                total = engine.partition_count(
-                    topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
-            except LookupError as exc:
-                code = exc.args[0]
-                detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
-                raise KafkaException(KafkaError(code, f"topic {topic!r}: "
-                                                f"{KafkaError(code).name()}{detail}")) from None
+        try:
+            # No partition count without metadata: wait for it, but no longer than a record
+            # may wait for its delivery (fresh metadata answers at once, in this thread).
+            total = engine.partition_count(
+                topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
+        except LookupError as exc:
+            code = exc.args[0]
+            detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
+            raise KafkaException(KafkaError(code, f"topic {topic!r}: "
+                                            f"{KafkaError(code).name()}{detail}")) from None
         if total == 1:
             return 0  # every partitioner picks the only partition: skip hashing the keys
         return choose_partitions(keys, count, total, engine.config.partitioner)
