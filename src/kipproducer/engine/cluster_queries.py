@@ -196,11 +196,24 @@ async def _ask_leader(cluster: Cluster, leader: int, asked: Mapping[TopicPartiti
     return out
 
 
+async def _close_everything(cluster: Cluster) -> None:
+    """Close the connections, then cancel and await every task still on the loop (a call
+    whose caller gave up, a connection attempt): left pending, each is destroyed with the
+    closed loop when collected, and its coroutine runs its cleanup then, in whatever thread
+    and code the collector interrupts, against a loop that is gone."""
+    await cluster.close()
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks() if task is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
 def _shut_down(loop: asyncio.AbstractEventLoop, cluster: Cluster,
                thread: threading.Thread) -> None:
     if not loop.is_closed() and thread.is_alive():
         try:
-            asyncio.run_coroutine_threadsafe(cluster.close(), loop).result(5)
+            asyncio.run_coroutine_threadsafe(_close_everything(cluster), loop).result(5)
         except Exception:  # noqa: BLE001 - closing sockets of a client going away
             pass
         loop.call_soon_threadsafe(loop.stop)
