@@ -40,6 +40,12 @@ HIGH_WATER_BYTES = 64 * 1024
 MAX_READS_PER_EVENT = 16
 
 
+def _nbytes(data: Any) -> int:
+    """Bytes in a buffer the transport holds: bytes, bytearray, or any other buffer (a
+    batch's bytes, a view of the part of a buffer not sent yet)."""
+    return len(data) if isinstance(data, (bytes, bytearray)) else memoryview(data).nbytes
+
+
 async def wait_fd(loop: asyncio.AbstractEventLoop, fd: int, *, writable: bool) -> None:
     """Returns when ``fd`` is readable (or writable)."""
     ready = loop.create_future()
@@ -125,7 +131,7 @@ class SocketTransport(asyncio.Transport):
             return  # the connection already failed or is closing; its waiters hear of it
         backlog = self._backlog
         for data in list_of_data:
-            size = len(data) if isinstance(data, (bytes, bytearray)) else memoryview(data).nbytes
+            size = _nbytes(data)
             if size:
                 backlog.append(data)
                 self._backlog_bytes += size
@@ -201,8 +207,7 @@ class SocketTransport(asyncio.Transport):
             self._backlog_bytes -= sent
             while sent:
                 first = backlog[0]
-                size = len(first) if isinstance(first, (bytes, bytearray)) else (
-                    memoryview(first).nbytes)
+                size = _nbytes(first)
                 if sent < size:
                     backlog[0] = memoryview(first).cast("B")[sent:]
                     return  # the kernel's buffer is full
@@ -215,8 +220,7 @@ class SocketTransport(asyncio.Transport):
         while backlog:
             first = backlog[0]
             sent = sock.send(first)  # type: ignore[arg-type]
-            size = len(first) if isinstance(first, (bytes, bytearray)) else (
-                memoryview(first).nbytes)
+            size = _nbytes(first)
             self._backlog_bytes -= sent
             if sent < size:
                 backlog[0] = memoryview(first).cast("B")[sent:]
