@@ -40,6 +40,7 @@ import time
 
 from bench_support import (
     Deliveries,
+    broker_cpu,
     broker_data_dir,
     child_env,
     create_topics,
@@ -67,7 +68,6 @@ CHUNK = 100_000
 TARGET = 2.0  # issue 5: the offset copy at >= 2x confluent-kafka's produce()
 MAX_GAP = 100
 SEED = 391
-CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def gap_model(spec: str) -> tuple[float, int]:
@@ -153,16 +153,6 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: str,
     elif left:
         raise RuntimeError(f"{name}: {left} records left after flush()")
     return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
-
-
-def broker_cpu(pid: int) -> float:
-    """utime + stime of the broker process (all threads), seconds; 0 where /proc is missing."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 # ---- checking the copy -------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import time
 
 from bench_support import (
     Deliveries,
+    broker_cpu,
     broker_data_dir,
     child_env,
     create_topics,
@@ -73,7 +74,7 @@ PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
 
 def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int = 0,
             callbacks: bool = True, chunk: int = 100_000,
-            extra_config: dict | None = None) -> dict:
+            extra_config: dict | None = None, broker_pid: int = 0) -> dict:
     """In a child process: send n records the way ``name`` does; report rate, CPU, RSS.
 
     ``transaction_size``: 0, or a transactional producer that commits every that many records
@@ -181,6 +182,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
                 producer.produce_arrays(topic, value_col[start:stop], keys=key_col[start:stop],
                                         on_delivery=on_batch)
 
+    broker_cpu0 = broker_cpu(broker_pid) if broker_pid else 0.0
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     if transaction_size:
@@ -193,20 +195,24 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
     left = producer.flush(120)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
+    timed_broker_cpu = broker_cpu(broker_pid) - broker_cpu0 if broker_pid else None
     if callbacks:
         counts.check(name, n, left)
     elif left:
         raise RuntimeError(f"{name}: {left} records left after flush()")
-    return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
+    return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib(),
+            "timed_broker_cpu": timed_broker_cpu}
 
 
 def run_child(name: str, admin_bootstrap: str, topic: str, n: int, *, bootstrap: str = "",
               transactions: int = 0, callbacks: bool = True, chunk: int = 100_000,
-              client_config: dict | None = None) -> dict:
+              client_config: dict | None = None, broker_pid: int = 0) -> dict:
     """One contender's run in its own process, to a fresh topic deleted afterwards.
 
     ``bootstrap``: where the contender connects (default ``admin_bootstrap``, which the
-    parent's admin calls use); without callbacks the topic's high watermark must be n."""
+    parent's admin calls use); without callbacks the topic's high watermark must be n.
+    ``broker_pid``: the child also measures that process's CPU over its timed part
+    (``timed_broker_cpu``, seconds; None without it)."""
     create_topics(admin_bootstrap, topic, f"{topic}-warm-up")
     command = [sys.executable, __file__, "--one", name, "--bootstrap",
                bootstrap or admin_bootstrap, "--topic", topic, "--records", str(n),
@@ -214,6 +220,8 @@ def run_child(name: str, admin_bootstrap: str, topic: str, n: int, *, bootstrap:
                "--callbacks", "on" if callbacks else "off"]
     if client_config:
         command += ["--client-config", json.dumps(client_config)]
+    if broker_pid:
+        command += ["--broker-pid", str(broker_pid)]
     out = subprocess.run(command, capture_output=True, text=True, env=child_env(),
                          timeout=600)
     if out.returncode != 0:
@@ -277,12 +285,13 @@ def main(argv=None) -> None:
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--client-config", help=argparse.SUPPRESS)
+    ap.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         extra = json.loads(args.client_config) if args.client_config else None
         print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic,
                                  args.transactions, args.callbacks != "off", args.chunk,
-                                 extra)))
+                                 extra, args.broker_pid)))
         return
 
     tansu = None
