@@ -15,7 +15,9 @@ def broker_cpu(pid: int) -> float:
     """CPU seconds of the broker process so far, all its threads; 0 where /proc is missing.
 
     From each thread's schedstat (nanoseconds) where the kernel has it: /proc's stat counts in
-    ticks of 10 ms, too coarse for a 0.1 s run."""
+    ticks of 10 ms, too coarse for a 0.1 s run. Threads that have exited are not in the sum,
+    so take differences across a span in which the broker's threads live on (kip broker's
+    do)."""
     try:
         total = 0
         for tid in os.listdir(f"/proc/{pid}/task"):

@@ -208,9 +208,10 @@ def main(argv=None) -> None:
                 "of the round (any lane, with or without callbacks): per round "
                 + ", ".join(f"{r:.2f}x" for r in ratios) + f"; median {median:.2f}x (target "
                 f"4x: {'met' if median >= 4 else 'NOT met'}).")
-        # What bounds these rates: client and broker share the machine's cores, so a lane's
-        # rate follows the CPU its records cost on both sides; a broker on its own hardware
-        # leaves the client's share alone.
+        # Client and broker share the machine's cores: what a lane's records cost on both
+        # sides, and how much of the machine the lane kept busy, say whether its rate is
+        # bound by CPU or by time the cores sat idle. (A broker on its own hardware leaves
+        # only the client's share on the client's machine.)
         fastest = max(((name, mode) for name in confluent for mode in MODES),
                       key=lambda lane: rate(transport, *lane))
         c_client, c_broker, c_busy = cpu_costs(transport, *fastest)
