@@ -305,25 +305,29 @@ def arrow_pair(items):
         arr.buffers()[1], dtype=np.int32)
 
 
+def column_of(form, items):
+    """``items`` (bytes, str or None) as a column of the given form; the Arrow forms hold
+    str items as their UTF-8 bytes, as a pyarrow binary array would."""
+    if form == "list":
+        return list(items)
+    if form == "object_array":
+        return np.array(items, dtype=object)
+    items = [item.encode() if isinstance(item, str) else item for item in items]
+    if form == "arrow":
+        return pa.array(items, type=pa.binary())
+    if form == "large_arrow":
+        return pa.array(items, type=pa.large_binary())
+    if form == "chunked":
+        return pa.chunked_array([items[:300], items[300:]], type=pa.binary())
+    return pa.array([b"junk"] * 3 + list(items), type=pa.binary()).slice(3)
+
+
 @pytest.mark.parametrize("form", ["list", "object_array", "arrow", "large_arrow", "chunked",
                                   "sliced_arrow"])
 def test_bulk_equals_per_record(form):
-    def column(items):
-        if form == "list":
-            return list(items)
-        if form == "object_array":
-            return np.array(items, dtype=object)
-        if form == "arrow":
-            return pa.array(items, type=pa.binary())
-        if form == "large_arrow":
-            return pa.array(items, type=pa.large_binary())
-        if form == "chunked":
-            return pa.chunked_array([items[:300], items[300:]], type=pa.binary())
-        return pa.array([b"junk"] * 3 + list(items), type=pa.binary()).slice(3)
-
     acc = RecordAccumulator(linger_ms=0, batch_size=4096)
-    n = acc.append_arrays("t", 0, column(VALUES), keys=column(KEYS), timestamps=TIMESTAMPS,
-                          offsets=OFFSETS)
+    n = acc.append_arrays("t", 0, column_of(form, VALUES), keys=column_of(form, KEYS),
+                          timestamps=TIMESTAMPS, offsets=OFFSETS)
     assert n == N
     bulk = records_of(drained(acc))
     assert bulk == per_record_reference(offsets=OFFSETS)
@@ -585,3 +589,77 @@ def test_message_dict_changed_by_its_own_key_lookup():
     queued, failed = _append_dicts(acc, messages)
     assert (queued, failed) == (50, [])
     assert [r[4] for r in records_of(drained(acc))] == [b"v" * 5000] * 50
+
+
+# -- produce_arrays' copy without the GIL (offsets assigned by the broker) ----------------------
+
+N_LONG = 5000  # more than one stretch of records copied without the GIL (COPY_STRETCH = 2048)
+LONG_VALUES = [None if i % 211 == 0 else ("text-%d" % i if i % 101 == 0 else b"v%d" % i * (i % 7))
+               for i in range(N_LONG)]
+LONG_KEYS = [None if i % 13 == 0 else b"key-%d" % i for i in range(N_LONG)]
+LONG_TIMESTAMPS = np.arange(5_000, 5_000 + N_LONG, dtype=np.int64)
+
+
+@pytest.mark.parametrize("form", ["list", "object_array", "arrow", "chunked", "sliced_arrow"])
+@pytest.mark.parametrize("limits", [{"batch_size": 4096},
+                                    {"batch_size": 1_000_000, "batch_num_messages": 3000}])
+@pytest.mark.parametrize("headers", [None, [("h", b"1")]])
+def test_assigned_offsets_columns_equal_per_record_appends(form, limits, headers):
+    """The records that continue a batch are copied in stretches without the GIL; batches end
+    inside a stretch (by size, by batch_num_messages) and stretches end inside a batch, and
+    the batches are byte for byte those of per-record appends."""
+    acc = RecordAccumulator(linger_ms=0, **limits)
+    assert acc.append_arrays("t", 0, column_of(form, LONG_VALUES),
+                             keys=column_of(form, LONG_KEYS),
+                             timestamps=LONG_TIMESTAMPS, headers=headers) == N_LONG
+    bulk = drained(acc)
+    reference = RecordAccumulator(linger_ms=0, **limits)
+    for i in range(N_LONG):
+        value = LONG_VALUES[i]
+        reference.append("t", 0, LONG_KEYS[i],
+                         value.encode() if isinstance(value, str) else value, headers,
+                         int(LONG_TIMESTAMPS[i]))
+    expected = drained(reference)
+    assert len(bulk) == len(expected) > 1
+    assert [bytes(b.data) for b in bulk] == [bytes(b.data) for b in expected]
+
+
+def test_columns_without_keys_or_timestamps_stop_at_the_message_bound():
+    acc = RecordAccumulator(linger_ms=0, max_messages=N_LONG - 7)
+    values = np.array([b"x" * 20] * N_LONG, dtype=object)
+    assert acc.append_arrays("t", 0, values) == N_LONG - 7
+    assert [r[3:5] for r in records_of(drained(acc))] == [(None, b"x" * 20)] * (N_LONG - 7)
+
+
+def test_columns_are_copied_without_the_gil_from_held_items():
+    """append_arrays copies without the GIL, so another thread runs meanwhile (here: looks at
+    the column) and could replace an item being copied, freeing it. It cannot: each gathered
+    item carries one more reference until copied, which that thread sees."""
+    import sys
+    import threading
+
+    n = 20_000
+    values = np.array([bytes(bytearray(b"v" * 512)) for _ in range(n)], dtype=object)
+    done = threading.Event()
+    held_seen = []
+
+    def look():
+        while not done.is_set():
+            for j in range(0, n, 97):
+                if sys.getrefcount(values[j]) > 2:  # the array's, getrefcount's, and ours?
+                    held_seen.append(j)
+
+    thread = threading.Thread(target=look)
+    thread.start()
+    try:
+        for _ in range(20):
+            acc = RecordAccumulator(linger_ms=0, max_messages=n)
+            assert acc.append_arrays("t", 0, values) == n
+            assert {r[4] for r in records_of(drained(acc))} == {b"v" * 512}
+            if held_seen:
+                break
+    finally:
+        done.set()
+        thread.join()
+    assert held_seen, "no item was seen held: the copy ran with the GIL, or without holding"
+    assert all(sys.getrefcount(values[j]) == 2 for j in range(n))  # every hold released

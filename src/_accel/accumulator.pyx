@@ -22,6 +22,7 @@ from cpython.dict cimport PyDict_Next
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.list cimport PyList_GET_SIZE
 from cpython.object cimport PyObject, PyTypeObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
@@ -578,6 +579,76 @@ cdef class PartitionState:
         return len(self.ready)
 
 
+# ---- produce_arrays' copying without the GIL --------------------------------------------------
+# produce_arrays copies most records into the open batch without the GIL, so the sender
+# thread's Python (requests, TLS writes, answers) runs while the caller copies instead of
+# waiting for the caller's slice to end. A stretch's values and keys are gathered first, with
+# the GIL (bytes objects held by a reference each, so another thread changing the column
+# cannot free one mid-copy); the copy then touches no Python object. The accumulator is used
+# by one thread at a time (the engine holds its lock around every call).
+cdef enum:
+    COPY_STRETCH = 4096   # records gathered, then copied without the GIL, at a time
+
+
+cdef struct Span:         # a gathered key or value: Blob's bytes (size -1: null)
+    const unsigned char *ptr
+    Py_ssize_t size
+
+
+cdef struct Stretch:
+    Span values[COPY_STRETCH]
+    Span keys[COPY_STRETCH]
+    PyObject *held_values[COPY_STRETCH]
+    PyObject *held_keys[COPY_STRETCH]
+
+
+cdef Py_ssize_t gather_column(Column *c, Py_ssize_t start, Py_ssize_t stop, Span *out,
+                              PyObject **held) noexcept:
+    """Spans of c's items [start, stop) for a copy without the GIL, up to the first item
+    that is neither bytes nor None (str and the rest take column_get's path): how many.
+    ``held[k]`` is the reference taken on an object item (NULL for none)."""
+    cdef Py_ssize_t k, bit
+    cdef int64_t first, last
+    cdef PyObject *item
+    for k in range(stop - start):
+        held[k] = NULL
+        if c.kind == COL_ARROW:
+            bit = c.bit_offset + start + k
+            if c.validity != NULL and not (c.validity[bit >> 3] >> (bit & 7)) & 1:
+                out[k].ptr = NULL
+                out[k].size = -1
+                continue
+            if c.offsets32 != NULL:
+                first = c.offsets32[start + k]
+                last = c.offsets32[start + k + 1]
+            else:
+                first = c.offsets64[start + k]
+                last = c.offsets64[start + k + 1]
+            out[k].ptr = c.data + first
+            out[k].size = last - first
+            continue
+        item = c.items[start + k]
+        if <object>item is None:
+            out[k].ptr = NULL
+            out[k].size = -1
+        elif PyBytes_CheckExact(<object>item):
+            Py_INCREF(<object>item)
+            held[k] = item
+            out[k].ptr = <const unsigned char *>PyBytes_AS_STRING(<object>item)
+            out[k].size = PyBytes_GET_SIZE(<object>item)
+        else:
+            return k
+    return stop - start
+
+
+cdef void release_held(PyObject **held, Py_ssize_t count) noexcept:
+    cdef Py_ssize_t k
+    for k in range(count):
+        if held[k] != NULL:
+            Py_DECREF(<object>held[k])
+            held[k] = NULL
+
+
 @cython.final
 cdef class RecordAccumulator:
     """Per-partition batching of records into RecordBatch v2 bytes. See kipproducer.accumulator."""
@@ -604,6 +675,10 @@ cdef class RecordAccumulator:
     cdef str _last_topic
     cdef int32_t _last_partition
     cdef PartitionState _last_state
+    cdef Stretch *_stretch           # produce_arrays' gathered records (allocated at first use)
+
+    def __dealloc__(self):
+        PyMem_Free(self._stretch)
 
     def __init__(self, *, Py_ssize_t batch_size=1000000, int32_t batch_num_messages=10000,
                  double linger_ms=5, Py_ssize_t max_bytes=1048576 * 1024,
@@ -773,25 +848,16 @@ cdef class RecordAccumulator:
         self.closed_batches += 1
         return 0
 
-    cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
-                                  const unsigned char *hwire, Py_ssize_t hwire_size,
-                                  int64_t timestamp, int mode, int64_t offset,
-                                  object opaque) noexcept:
-        """The common case, with no Python objects: a record that continues the open batch
-        (same report target) and fits it. Its headers are ``hwire`` (their wire bytes, count
-        varint included, ``hwire_size`` long) or none when ``hwire`` is NULL. Returns False
-        to send the caller to _append."""
+    cdef inline bint _write_continuing(self, PartitionState st, Blob *key, Blob *value,
+                                       const unsigned char *hwire, Py_ssize_t hwire_size,
+                                       int64_t timestamp) noexcept nogil:
+        """Encode a record that continues st's open batch and run, if it fits (the batch's
+        size and message count, its buffer's room, the queue bounds); False when it does
+        not. No Python object is touched: produce_arrays calls it without the GIL."""
         cdef int64_t ts_delta
         cdef Py_ssize_t body, wire
         cdef unsigned char *p
-        if st.count == 0 or st.count + st.unit_count >= self.batch_num_messages:
-            return False
-        if st.opaque_runs is None:
-            if opaque is not None:
-                return False
-        elif last_run_opaque(st.opaque_runs) is not opaque:
-            return False
-        if mode != st.mode or (mode != MODE_ASSIGN and offset != st.base_offset + st.count):
+        if st.count + st.unit_count >= self.batch_num_messages:
             return False
         ts_delta = timestamp - st.base_ts
         body = record_body_size(ts_delta, st.count, key, value,
@@ -812,10 +878,52 @@ cdef class RecordAccumulator:
         if timestamp > st.max_ts:
             st.max_ts = timestamp
         st.count += 1
-        if mode == MODE_USE_OFFSETS:
-            st.last_offset = offset
         self.buffered_bytes += wire
         self.buffered_messages += 1
+        return True
+
+    cdef Py_ssize_t _copy_stretch(self, PartitionState st, Py_ssize_t count,
+                                  const int64_t *timestamps, int64_t now,
+                                  const unsigned char *hwire, Py_ssize_t hwire_size) noexcept nogil:
+        """The stretch's first ``count`` records into ``st``'s open batch and run, which the
+        caller checked they continue, without the GIL: how many fit before one does not
+        (that one then takes _append's path, with the GIL)."""
+        cdef Stretch *stretch = self._stretch
+        cdef Py_ssize_t k
+        cdef Blob key, value
+        key.has_view = False
+        value.has_view = False
+        for k in range(count):
+            key.ptr = stretch.keys[k].ptr
+            key.size = stretch.keys[k].size
+            value.ptr = stretch.values[k].ptr
+            value.size = stretch.values[k].size
+            if not self._write_continuing(st, &key, &value, hwire, hwire_size,
+                                          timestamps[k] if timestamps != NULL else now):
+                return k
+        return count
+
+    cdef inline bint _append_fast(self, PartitionState st, Blob *key, Blob *value,
+                                  const unsigned char *hwire, Py_ssize_t hwire_size,
+                                  int64_t timestamp, int mode, int64_t offset,
+                                  object opaque) noexcept:
+        """The common case, with no Python objects: a record that continues the open batch
+        (same report target) and fits it. Its headers are ``hwire`` (their wire bytes, count
+        varint included, ``hwire_size`` long) or none when ``hwire`` is NULL. Returns False
+        to send the caller to _append."""
+        if st.count == 0:
+            return False
+        if st.opaque_runs is None:
+            if opaque is not None:
+                return False
+        elif last_run_opaque(st.opaque_runs) is not opaque:
+            return False
+        if mode != st.mode or (mode != MODE_ASSIGN and offset != st.base_offset + st.count):
+            return False
+        if not self._write_continuing(st, key, value, hwire, hwire_size, timestamp):
+            return False
+        if mode == MODE_USE_OFFSETS:
+            st.last_offset = offset
         return True
 
     cdef int _make_room(self, PartitionState st, Py_ssize_t wire, bint new_run, int mode,
@@ -1062,6 +1170,10 @@ cdef class RecordAccumulator:
                     shared_hwire_size = PyBytes_GET_SIZE(shared_wire)
             if not per_record_part:
                 st = self._state(topic, part)
+            if not per_record_part and not per_record_headers and mode == MODE_ASSIGN:
+                return self._append_columns(st, &vcol, &kcol if keys is not None else NULL, n,
+                                            &ts_arr[0] if has_ts and n else NULL, now,
+                                            shared_hwire, shared_hwire_size, opaque)
             for i in range(n):
                 if (i & 8191) == 8191:
                     # A long call holds the GIL for milliseconds: let the sender thread in
@@ -1106,6 +1218,67 @@ cdef class RecordAccumulator:
         finally:
             column_close(&vcol)
             column_close(&kcol)
+        return appended
+
+    cdef Py_ssize_t _append_columns(self, PartitionState st, Column *vcol, Column *kcol,
+                                    Py_ssize_t n, const int64_t *timestamps, int64_t now,
+                                    const unsigned char *hwire, Py_ssize_t hwire_size,
+                                    object opaque) except -1:
+        """append_arrays for one partition, offsets assigned by the broker, the call's headers
+        (or none); ``kcol`` NULL: no keys. A record that opens a batch or a run, or does not
+        fit, takes _append's path with the GIL; the records that continue the batch are
+        copied in stretches without it (see COPY_STRETCH). Returns how many were appended."""
+        cdef Stretch *stretch = self._stretch
+        cdef Py_ssize_t i = 0, count, copied, k, appended = 0
+        cdef Blob kb, vb
+        cdef int64_t timestamp
+        if stretch == NULL:
+            stretch = self._stretch = <Stretch *>PyMem_Malloc(sizeof(Stretch))
+            if stretch == NULL:
+                raise MemoryError()
+        kb.has_view = False
+        vb.has_view = False
+        while i < n:
+            if (st.count != 0 and st.mode == MODE_ASSIGN
+                    and (opaque is None if st.opaque_runs is None
+                         else last_run_opaque(st.opaque_runs) is opaque)):
+                count = gather_column(vcol, i, min(n, i + COPY_STRETCH), stretch.values,
+                                      stretch.held_values)
+                if kcol != NULL:
+                    k = gather_column(kcol, i, i + count, stretch.keys, stretch.held_keys)
+                    release_held(stretch.held_values + k, count - k)
+                    count = k
+                else:
+                    for k in range(count):
+                        stretch.keys[k].ptr = NULL
+                        stretch.keys[k].size = -1
+                        stretch.held_keys[k] = NULL
+                if count:
+                    with nogil:
+                        copied = self._copy_stretch(
+                            st, count, timestamps + i if timestamps != NULL else NULL, now,
+                            hwire, hwire_size)
+                    release_held(stretch.held_values, count)
+                    release_held(stretch.held_keys, count)
+                    i += copied
+                    appended += copied
+                    if copied == count:
+                        continue
+            # One record with the GIL: it opens a batch or a run, did not fit the stretch, or
+            # is neither bytes nor None.
+            column_get(vcol, i, &vb)
+            if kcol != NULL:
+                column_get(kcol, i, &kb)
+            else:
+                kb.ptr = NULL
+                kb.size = -1
+            timestamp = timestamps[i] if timestamps != NULL else now
+            if not self._append_fast(st, &kb, &vb, hwire, hwire_size, timestamp, MODE_ASSIGN,
+                                     0, opaque) and not self._append(
+                    st, &kb, &vb, None, hwire, hwire_size, timestamp, MODE_ASSIGN, 0, opaque):
+                break
+            appended += 1
+            i += 1
         return appended
 
     def append_dicts(self, str topic not None, list messages, Py_ssize_t start, Py_ssize_t stop,

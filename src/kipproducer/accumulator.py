@@ -43,6 +43,13 @@ Idempotence
     puts a batch back for a retry with its sequence kept; ``set_producer`` with a new epoch
     restarts sequences at 0 and re-stamps batches not yet sent. ``release(batch)`` returns a
     delivered (or finally failed) batch's bytes and messages to the bounds.
+
+Threads
+    An accumulator serves one thread at a time: the engine holds its lock around every call.
+    ``append_arrays`` without explicit or expected offsets copies the records that continue
+    a batch with the GIL released, a stretch at a time, so other threads (the engine's
+    sender) run meanwhile. The items of a stretch are held by a reference each while it is
+    copied, so a column changed by another thread meanwhile is safe to read.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from .broker.broker import Broker
     from .broker.broker_config import BrokerConfigError
     from .broker.connection_quotas import raise_open_files_limit
-    from .broker.server import keep_frame_memory
+    from .broker.server import freeze_startup_objects, keep_frame_memory
     from .security_cli import broker_properties
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
@@ -64,6 +64,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         bound_host, bound_port = await broker.start()
+        freeze_startup_objects()  # full collections skip what the started broker holds
         print(f"listening on {bound_host}:{bound_port}", flush=True)
         for server in broker.servers:
             print(f"listener {server.spec.protocol}://{server.host}:{server.port}", flush=True)
