@@ -93,14 +93,16 @@ def keep_frame_memory() -> None:
 def freeze_startup_objects() -> None:
     """Leave the started broker's own objects out of the garbage collector's full passes.
 
-    A started broker holds a few hundred thousand long-lived objects (modules, the protocol's
-    schema classes, loaded logs and their indexes). Python's full collection walks every one
-    of them with the event loop stopped: 40-50 ms here, landing in whatever request is being
-    served (a 200k-record produce run takes ~100 ms). Frozen (gc.freeze), they are skipped
-    and a full collection walks only what was created since: ~2 ms (measured with
-    gc.callbacks in `kip broker` under bench/side_by_side_tls.py's produce_arrays runs).
-    ``kip broker`` calls it once it listens; an embedded broker leaves its host process's
-    collector alone."""
+    A started broker holds tens of thousands of long-lived objects (~60,000 with an empty
+    data dir: modules, the protocol's schema classes, loaded logs and their indexes).
+    Python's full collection walks every one of them with the event loop stopped: 40-50 ms
+    here, landing in whatever request is being served (a 200k-record produce run takes
+    ~100 ms). Frozen (gc.freeze), they are skipped and a full collection walks only what was
+    created since: ~2 ms (measured with gc.callbacks in `kip broker` under
+    bench/side_by_side_tls.py's produce_arrays runs). The cost: a frozen object that later
+    becomes part of a garbage cycle (the log of a topic loaded at startup and deleted since)
+    is never reclaimed, at most what startup loaded. ``kip broker`` calls it once it
+    listens; an embedded broker leaves its host process's collector alone."""
     gc.freeze()
 
 
