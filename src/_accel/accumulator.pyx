@@ -602,30 +602,30 @@ cdef struct Stretch:
     PyObject *held_keys[COPY_STRETCH]
 
 
+cdef inline bint continues_run(PartitionState st, int mode, int64_t offset,
+                               object opaque) noexcept:
+    """A record of this mode, offset and report target belongs to st's open batch and its
+    current run (if it fits): _append_fast's rule, and produce_arrays' before each stretch."""
+    if st.count == 0 or mode != st.mode:
+        return False
+    if mode != MODE_ASSIGN and offset != st.base_offset + st.count:
+        return False
+    if st.opaque_runs is None:
+        return opaque is None
+    return last_run_opaque(st.opaque_runs) is opaque
+
+
 cdef Py_ssize_t gather_column(Column *c, Py_ssize_t start, Py_ssize_t stop, Span *out,
                               PyObject **held) noexcept:
     """Spans of c's items [start, stop) for a copy without the GIL, up to the first item
     that is neither bytes nor None (str and the rest take column_get's path): how many.
     ``held[k]`` is the reference taken on an object item (NULL for none)."""
-    cdef Py_ssize_t k, bit
-    cdef int64_t first, last
+    cdef Py_ssize_t k
     cdef PyObject *item
     for k in range(stop - start):
         held[k] = NULL
         if c.kind == COL_ARROW:
-            bit = c.bit_offset + start + k
-            if c.validity != NULL and not (c.validity[bit >> 3] >> (bit & 7)) & 1:
-                out[k].ptr = NULL
-                out[k].size = -1
-                continue
-            if c.offsets32 != NULL:
-                first = c.offsets32[start + k]
-                last = c.offsets32[start + k + 1]
-            else:
-                first = c.offsets64[start + k]
-                last = c.offsets64[start + k + 1]
-            out[k].ptr = c.data + first
-            out[k].size = last - first
+            arrow_cell(c, start + k, &out[k].ptr, &out[k].size)
             continue
         item = c.items[start + k]
         if <object>item is None:
@@ -911,14 +911,7 @@ cdef class RecordAccumulator:
         (same report target) and fits it. Its headers are ``hwire`` (their wire bytes, count
         varint included, ``hwire_size`` long) or none when ``hwire`` is NULL. Returns False
         to send the caller to _append."""
-        if st.count == 0:
-            return False
-        if st.opaque_runs is None:
-            if opaque is not None:
-                return False
-        elif last_run_opaque(st.opaque_runs) is not opaque:
-            return False
-        if mode != st.mode or (mode != MODE_ASSIGN and offset != st.base_offset + st.count):
+        if not continues_run(st, mode, offset, opaque):
             return False
         if not self._write_continuing(st, key, value, hwire, hwire_size, timestamp):
             return False
@@ -1239,9 +1232,7 @@ cdef class RecordAccumulator:
         kb.has_view = False
         vb.has_view = False
         while i < n:
-            if (st.count != 0 and st.mode == MODE_ASSIGN
-                    and (opaque is None if st.opaque_runs is None
-                         else last_run_opaque(st.opaque_runs) is opaque)):
+            if continues_run(st, MODE_ASSIGN, 0, opaque):
                 count = gather_column(vcol, i, min(n, i + COPY_STRETCH), stretch.values,
                                       stretch.held_values)
                 if kcol != NULL:
@@ -1859,26 +1850,32 @@ cdef int column_check_offsets(Column *c, Py_ssize_t data_len, str what) except -
     return 0
 
 
-cdef int column_get(Column *c, Py_ssize_t i, Blob *b) except -1:
+cdef inline void arrow_cell(Column *c, Py_ssize_t i, const unsigned char **ptr,
+                            Py_ssize_t *size) noexcept nogil:
+    """Cell i of an Arrow column: its bytes, or NULL and size -1 for a null."""
     cdef int64_t start, end
     cdef Py_ssize_t bit
+    if c.validity != NULL:
+        bit = c.bit_offset + i
+        if not (c.validity[bit >> 3] >> (bit & 7)) & 1:
+            ptr[0] = NULL
+            size[0] = -1
+            return
+    if c.offsets32 != NULL:
+        start = c.offsets32[i]
+        end = c.offsets32[i + 1]
+    else:
+        start = c.offsets64[i]
+        end = c.offsets64[i + 1]
+    ptr[0] = c.data + start
+    size[0] = end - start
+
+
+cdef int column_get(Column *c, Py_ssize_t i, Blob *b) except -1:
     cdef PyObject *item
     b.has_view = False
     if c.kind == COL_ARROW:
-        if c.validity != NULL:
-            bit = c.bit_offset + i
-            if not (c.validity[bit >> 3] >> (bit & 7)) & 1:
-                b.ptr = NULL
-                b.size = -1
-                return 0
-        if c.offsets32 != NULL:
-            start = c.offsets32[i]
-            end = c.offsets32[i + 1]
-        else:
-            start = c.offsets64[i]
-            end = c.offsets64[i + 1]
-        b.ptr = c.data + start
-        b.size = end - start
+        arrow_cell(c, i, &b.ptr, &b.size)
         return 0
     item = c.items[i]
     if PyBytes_CheckExact(<object>item):
