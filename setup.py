@@ -40,6 +40,15 @@ def accel(name, *extra_c):
     )
 
 
+def openssl_headers() -> bool:
+    """Whether OpenSSL's headers are here to build kip broker's TLS layer against (the
+    libssl Python's own ssl module uses). Without them the broker keeps asyncio's TLS."""
+    candidates = [os.environ.get("OPENSSL_DIR", ""), sys.prefix, "/usr", "/usr/local",
+                  "/opt/homebrew/opt/openssl@3"]
+    return any(os.path.exists(os.path.join(base, "include", "openssl", "ssl.h"))
+               for base in candidates if base)
+
+
 extensions = [
     accel("crc32c", "crc32c_impl.c"),
     accel("records", "crc32c_impl.c"),
@@ -50,6 +59,18 @@ extensions = [
     # the Spark source: fetched record batches decoded into Arrow buffers
     accel("arrow_rows"),
 ]
+if openssl_headers():
+    # kip broker's TLS listeners without client certificates (broker/tls_transport.py)
+    tls = accel("tls_server")
+    tls.libraries = ["ssl", "crypto"]
+    base = os.environ.get("OPENSSL_DIR")
+    if base:
+        tls.include_dirs.append(os.path.join(base, "include"))
+        tls.library_dirs = [os.path.join(base, "lib")]
+    extensions.append(tls)
+else:
+    print("OpenSSL headers not found: kip broker's TLS listeners will use asyncio's TLS "
+          "transport (set OPENSSL_DIR to build its own)", file=sys.stderr)
 
 setup(
     cmdclass={"build_ext": ParallelBuildExt},

@@ -19,7 +19,7 @@ import kipproducer
 
 PACKAGE = Path(kipproducer.__file__).resolve().parent
 COMPILED = ["_accumulator", "_arrow_rows", "_crc32c", "_held_io", "_produce_wire", "_records",
-            "_sender_lock"]
+            "_sender_lock", "_tls_server"]
 
 _KINDS = {
     "posonlyargs": inspect.Parameter.POSITIONAL_ONLY,

@@ -214,7 +214,18 @@ class BrokerServer:
 
     async def _set_up(self, link: ClientLink, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        own = getattr(self.ssl_context, "own", None)
         try:
+            if own is not None:  # the broker's own TLS transport
+                from .tls_transport import TlsTransport  # noqa: PLC0415 (built with OpenSSL)
+
+                transport = TlsTransport(loop, sock, own, link)
+                try:
+                    await asyncio.wait_for(transport.handshake(), self.TLS_HANDSHAKE_TIMEOUT_S)
+                except TimeoutError:
+                    raise TimeoutError(f"no TLS handshake within "
+                                       f"{self.TLS_HANDSHAKE_TIMEOUT_S:g} s") from None
+                return
             await loop.connect_accepted_socket(
                 lambda: link, sock, ssl=self.ssl_context,
                 ssl_handshake_timeout=(

@@ -17,11 +17,15 @@ certificate is ``User:ANONYMOUS``. On SASL_SSL the SASL exchange names the princ
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import ssl
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..broker_config import BrokerConfig, BrokerConfigError
 
@@ -45,7 +49,18 @@ _RDN_KEYWORDS = {
 }
 
 
-def server_context(config: BrokerConfig) -> ssl.SSLContext:
+log = logging.getLogger(__name__)
+
+
+class ListenerContext(ssl.SSLContext):
+    """A TLS listener's SSLContext, and the broker's own OpenSSL context for the same keystore
+    (``own``) when the listener can use the broker's TLS transport (broker/tls_transport.py):
+    no client certificates asked for, Python's cipher choice. None: asyncio's transport."""
+
+    own: Any = None  # kipproducer._tls_server.ServerContext | None
+
+
+def server_context(config: BrokerConfig) -> ListenerContext:
     """The SSLContext of the broker's TLS listeners; BrokerConfigError names the property."""
     for name, value in (("ssl.keystore.type", config.ssl_keystore_type),
                         ("ssl.truststore.type", config.ssl_truststore_type)):
@@ -57,9 +72,13 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
     if client_auth is None:
         raise BrokerConfigError(
             f"ssl.client.auth={config.ssl_client_auth!r}: expected none, requested or required")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context = ListenerContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    _load_keystore(context, config)
+    password = config.ssl_key_password or None
+    with _keystore_file(config) as (path, what):
+        _load_chain(context, path, password, what)
+        if client_auth == ssl.CERT_NONE and not config.ssl_cipher_suites.strip():
+            context.own = _own_context(path, password)
     context.verify_mode = client_auth
     if client_auth != ssl.CERT_NONE:
         _load_truststore(context, config)
@@ -71,8 +90,26 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
     return context
 
 
-def _load_keystore(context: ssl.SSLContext, config: BrokerConfig) -> None:
-    password = config.ssl_key_password or None
+def _own_context(path: str, password: str | None) -> Any:
+    """The broker's own OpenSSL context for a keystore Python's ssl module just loaded, or
+    None (asyncio's transport then) when the TLS layer is not built or cannot load it."""
+    try:
+        from ..._tls_server import ServerContext  # noqa: PLC0415 (built only with OpenSSL)
+    except ImportError:
+        return None
+    try:
+        return ServerContext(path, password)
+    except OSError as exc:  # loaded by Python's ssl a moment ago: not expected
+        log.warning("the broker's TLS layer cannot load the keystore (%s); this listener "
+                    "uses asyncio's TLS transport", exc)
+        return None
+
+
+@contextlib.contextmanager
+def _keystore_file(config: BrokerConfig) -> Iterator[tuple[str, str]]:
+    """The PEM file with the key and the chain, and the properties that name it: the
+    configured file, or the inline PEM written to a private temporary file for the time of
+    loading it (the ssl module loads keys from files only)."""
     location = config.ssl_keystore_location.strip()
     chain, key = config.ssl_keystore_certificate_chain, config.ssl_keystore_key
     if location and (chain or key):
@@ -82,19 +119,17 @@ def _load_keystore(context: ssl.SSLContext, config: BrokerConfig) -> None:
     if location:
         if not os.path.isfile(location):
             raise BrokerConfigError(f"ssl.keystore.location: no such file {location!r}")
-        _load_chain(context, location, password, "ssl.keystore.location")
+        yield location, "ssl.keystore.location"
         return
     if not (chain and key):
         raise BrokerConfigError(
             "a TLS listener needs a keystore: ssl.keystore.location (a PEM file with the key "
             "and the certificate chain) or ssl.keystore.certificate.chain + ssl.keystore.key")
-    # The ssl module loads keys from files only: a private temporary file, removed at once.
     handle, path = tempfile.mkstemp(prefix="kip-keystore-", suffix=".pem")
     try:
         with os.fdopen(handle, "w") as out:
             out.write(key.strip() + "\n" + chain.strip() + "\n")
-        _load_chain(context, path, password,
-                    "ssl.keystore.certificate.chain / ssl.keystore.key")
+        yield path, "ssl.keystore.certificate.chain / ssl.keystore.key"
     finally:
         os.unlink(path)
 
