@@ -12,43 +12,10 @@ import ssl
 
 import pytest
 import trustme
+from collect_protocol import Collect
 
 from kipproducer.engine.connection import open_held_socket
 from kipproducer.engine.socket_transport import HIGH_WATER_BYTES, SocketTransport, tls_handshake
-
-
-class Collect(asyncio.BufferedProtocol):
-    """Keeps every byte received, counts pauses and resumes, and how the connection ended."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, expect: int) -> None:
-        self.buf = bytearray(1 << 16)
-        self.got = bytearray()
-        self.expect = expect
-        self.done = loop.create_future()
-        self.lost = loop.create_future()
-        self.pauses = self.resumes = 0
-        self.eof = False
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self.buf)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.got += self.buf[:nbytes]
-        if len(self.got) >= self.expect and not self.done.done():
-            self.done.set_result(None)
-
-    def pause_writing(self) -> None:
-        self.pauses += 1
-
-    def resume_writing(self) -> None:
-        self.resumes += 1
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost.set_result(exc)
 
 
 @pytest.fixture(scope="module")

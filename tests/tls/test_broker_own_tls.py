@@ -17,6 +17,7 @@ import time
 import uuid
 
 import pytest
+from collect_protocol import Collect
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka.structs import TopicPartition as KafkaTopicPartition
@@ -195,49 +196,6 @@ def test_refused_abandoned_and_cut_connections_leave_it_serving(embedded, certs,
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], messages
 
 
-class _Recorder(asyncio.BufferedProtocol):
-    """Takes ``chunk`` bytes at a time; pauses reading after each and resumes on the next
-    loop turn when ``stutter``; records the flow-control calls it gets."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, expect: int, chunk: int,
-                 stutter: bool) -> None:
-        self.loop, self.expect, self.stutter = loop, expect, stutter
-        self.buffer = bytearray(chunk)
-        self.got = bytearray()
-        self.calls: list[str] = []
-        self.done: asyncio.Future[None] = loop.create_future()
-        self.transport: TlsTransport | None = None
-
-    def connection_made(self, transport) -> None:
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return memoryview(self.buffer)
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.got += self.buffer[:nbytes]
-        if len(self.got) >= self.expect and not self.done.done():
-            self.done.set_result(None)
-        elif self.stutter:
-            self.transport.pause_reading()
-            self.loop.call_soon(self.transport.resume_reading)
-
-    def eof_received(self) -> bool:
-        self.calls.append("eof")
-        return False
-
-    def pause_writing(self) -> None:
-        self.calls.append("pause_writing")
-
-    def resume_writing(self) -> None:
-        self.calls.append("resume_writing")
-        if not self.done.done():
-            self.done.set_result(None)
-
-    def connection_lost(self, exc) -> None:
-        self.calls.append(f"lost {exc}")
-
-
 def _serve_one(certs, client, make_protocol, work):
     """One TLS connection: ``client(port)`` in a thread, the server side a TlsTransport with
     ``make_protocol(loop)``; ``work(transport, protocol)`` runs once the handshake is done."""
@@ -277,8 +235,8 @@ def test_reading_resumes_from_bytes_openssl_already_holds(certs):
     async def work(transport, protocol):
         await protocol.done
 
-    protocol, _ = _serve_one(certs, client, lambda loop: _Recorder(loop, len(payload), 100,
-                                                                   stutter=True), work)
+    protocol, _ = _serve_one(certs, client, lambda loop: Collect(loop, len(payload), 100,
+                                                                 stutter=True), work)
     assert bytes(protocol.got) == payload
 
 
@@ -295,10 +253,10 @@ def test_a_full_socket_pauses_the_protocol_and_loses_nothing(certs):
 
     async def work(transport, protocol):
         transport.writelines([data[: 1 << 20], data[1 << 20:]])
-        assert protocol.calls == ["pause_writing"]
-        await protocol.done
+        assert (protocol.pauses, protocol.resumes) == (1, 0)
+        while not protocol.resumes:
+            await asyncio.sleep(0.01)
 
-    protocol, received = _serve_one(certs, client, lambda loop: _Recorder(loop, 0, 1024, False),
-                                    work)
-    assert protocol.calls[:2] == ["pause_writing", "resume_writing"]
+    protocol, received = _serve_one(certs, client, lambda loop: Collect(loop, 0), work)
+    assert (protocol.pauses, protocol.resumes) == (1, 1)
     assert received == data
