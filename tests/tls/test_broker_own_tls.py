@@ -24,6 +24,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from tls_support import KEY_PASSWORD, broker_tls, rdkafka_ssl
 
 from kipproducer._tls_server import ServerContext
+from kipproducer.broker import tls_transport
 from kipproducer.broker.broker_config import BrokerConfig
 from kipproducer.broker.security.tls import server_context
 from kipproducer.broker.server import BrokerServer
@@ -260,3 +261,26 @@ def test_a_full_socket_pauses_the_protocol_and_loses_nothing(certs):
     protocol, received = _serve_one(certs, client, lambda loop: Collect(loop, 0), work)
     assert (protocol.pauses, protocol.resumes) == (1, 1)
     assert received == data
+
+
+def test_close_gives_up_on_a_client_that_stopped_reading(certs, monkeypatch):
+    """close() sends what is buffered first, but not forever: a client that reads nothing
+    loses the connection after CLOSE_TIMEOUT_S."""
+    monkeypatch.setattr(tls_transport, "CLOSE_TIMEOUT_S", 0.5)
+    stalled = threading.Event()
+
+    def client(port):
+        with _tls_client(f"127.0.0.1:{port}", str(certs.ca)) as tls:
+            stalled.wait(TIMEOUT)
+            return len(_read_to_end(tls))
+
+    async def work(transport, protocol):
+        transport.writelines([os.urandom(8 << 20)])
+        started = time.monotonic()
+        transport.close()
+        await protocol.lost
+        stalled.set()
+        assert time.monotonic() - started < 5
+
+    _, received = _serve_one(certs, client, lambda loop: Collect(loop, 0), work)
+    assert received < 8 << 20

@@ -23,6 +23,9 @@ from .._tls_server import WANT_READ, ServerConnection, ServerContext
 #: (asyncio's defaults for its own transports).
 HIGH_WATER = 64 * 1024
 LOW_WATER = 16 * 1024
+#: How long close() waits for a client to take the buffered output before dropping it (a
+#: client that stopped reading must not hold a socket forever).
+CLOSE_TIMEOUT_S = 30.0
 
 
 class TlsTransport(asyncio.Transport):
@@ -188,12 +191,15 @@ class TlsTransport(asyncio.Transport):
         self._stop_reading()
         if not self._out:
             self._loop.call_soon(self._finish, None)
+        else:
+            self._loop.call_later(CLOSE_TIMEOUT_S, self._finish, None, False)
 
     def abort(self) -> None:
+        """Close at once: buffered output dropped, no close_notify."""
         self._closing = True
         self._stop_reading()
         self._out.clear()
-        self._loop.call_soon(self._finish, None)
+        self._loop.call_soon(self._finish, None, False)
 
     def _fail(self, exc: BaseException) -> None:
         self._closing = True
