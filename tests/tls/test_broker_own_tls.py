@@ -284,3 +284,20 @@ def test_close_gives_up_on_a_client_that_stopped_reading(certs, monkeypatch):
 
     _, received = _serve_one(certs, client, lambda loop: Collect(loop, 0), work)
     assert received < 8 << 20
+
+
+def test_a_client_reset_mid_write_reaches_the_protocol_as_an_error(certs):
+    """A client that resets the connection while the broker still has megabytes to send:
+    the failed write ends the connection, and connection_lost gets the error, not None."""
+    def client(port):
+        tls = _tls_client(f"127.0.0.1:{port}", str(certs.ca))
+        time.sleep(0.3)
+        tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        tls.close()  # RST: unread data in the receive buffer, linger 0
+
+    async def work(transport, protocol):
+        transport.writelines([os.urandom(8 << 20)])
+        await protocol.lost
+
+    protocol, _ = _serve_one(certs, client, lambda loop: Collect(loop, 0), work)
+    assert isinstance(protocol.lost.result(), OSError), protocol.lost.result()

@@ -44,6 +44,7 @@ class TlsTransport(asyncio.Transport):
         self._reading = False  # the loop watches the socket for input
         self._read_paused = False  # the protocol asked for no more input for now
         self._closing = False
+        self._failed = False  # a read or write failed: connection_lost gets the error
         self._lost = False
         self._out = bytearray()  # encrypted and sent from the front
         self._watching_output = False
@@ -164,7 +165,7 @@ class TlsTransport(asyncio.Transport):
 
     def _write_ready(self) -> None:
         self._flush()
-        if self._lost:
+        if self._lost or self._failed:
             return
         if self._write_paused and len(self._out) <= LOW_WATER:
             self._write_paused = False
@@ -202,6 +203,7 @@ class TlsTransport(asyncio.Transport):
         self._loop.call_soon(self._finish, None, False)
 
     def _fail(self, exc: BaseException) -> None:
+        self._failed = True
         self._closing = True
         self._stop_reading()
         self._out.clear()
