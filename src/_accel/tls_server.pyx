@@ -4,7 +4,7 @@
 # zero-fills and copies it) and turns a Python loop once per 16 KB TLS record. Here OpenSSL
 # reads the socket itself, ahead of the record it decrypts (read-ahead: one receive for many
 # records), and a whole receive buffer is filled in one call with the GIL released. Measured
-# on the TLS produce bench: the broker's CPU per request down ~13% (bench/RESULTS.md).
+# on the TLS produce bench: the broker's CPU per produced record down ~10% (bench/RESULTS.md).
 #
 # Only what a listener without client certificates needs lives here (the certificate chain
 # and key, TLS 1.2 as the floor); listeners that ask for client certificates or set
@@ -51,10 +51,8 @@ cdef extern from "openssl/ssl.h":
     int SSL_write(SSL *ssl, const void *buf, int size) nogil
     int SSL_shutdown(SSL *ssl) nogil
     int SSL_get_error(const SSL *ssl, int ret) nogil
-    const char *SSL_get_version(const SSL *ssl)
     int SSL_FILETYPE_PEM
     int TLS1_2_VERSION
-    int SSL_ERROR_NONE
     int SSL_ERROR_WANT_READ
     int SSL_ERROR_WANT_WRITE
     int SSL_ERROR_ZERO_RETURN
@@ -242,8 +240,3 @@ cdef class ServerConnection:
         ERR_clear_error()
         SSL_shutdown(self.ssl)
         ERR_clear_error()
-
-    @property
-    def version(self):
-        """The negotiated protocol version, as OpenSSL names it (``TLSv1.3``)."""
-        return SSL_get_version(self.ssl).decode()
