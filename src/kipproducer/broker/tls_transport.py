@@ -49,6 +49,7 @@ class TlsTransport(asyncio.Transport):
         self._out = bytearray()  # encrypted and sent from the front
         self._watching_output = False
         self._write_paused = False  # the protocol was told pause_writing()
+        self._close_timer: asyncio.TimerHandle | None = None  # close()'s deadline for output
 
     # -- the handshake ------------------------------------------------------------------------
 
@@ -193,7 +194,8 @@ class TlsTransport(asyncio.Transport):
         if not self._out:
             self._loop.call_soon(self._finish, None)
         else:
-            self._loop.call_later(CLOSE_TIMEOUT_S, self._finish, None, False)
+            self._close_timer = self._loop.call_later(CLOSE_TIMEOUT_S, self._finish, None,
+                                                      False)
 
     def abort(self) -> None:
         """Close at once: buffered output dropped, no close_notify."""
@@ -213,6 +215,8 @@ class TlsTransport(asyncio.Transport):
         if self._lost:
             return
         self._lost = True
+        if self._close_timer is not None:  # the output went out in time: drop the deadline
+            self._close_timer.cancel()
         if self._watching_output:
             self._watching_output = False
             self._loop.remove_writer(self._fd)
