@@ -19,10 +19,13 @@ import pytest
 from kipproducer.broker.embedded import EmbeddedBroker
 
 SPARK_TESTS = "tests/spark/"
+# Apache Kafka's tests share one worker too: one 3-node cluster (three JVMs) at a time.
+APACHE_KAFKA_TESTS = "tests/apache_kafka/"
 CHILD_STARTUP = Path(__file__).with_name("child_startup")
 
 # Seconds per test by directory; the longest tests carry their own marker.
 TIME_LIMITS_S = {
+    "tests/apache_kafka/": 300,
     "tests/broker/": 60,
     "tests/cluster/": 180,
     "tests/docs/": 120,
@@ -50,16 +53,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """How the README's ``pytest -n 2 --dist loadgroup`` shares the suite between two workers:
     a test file stays on one worker (its module fixtures, brokers among them, start once), the
     Spark tests share one worker (one SparkSession, and never two Spark drivers at once on a
-    2-core machine), and they go first, being the longest group, so the other worker runs the
-    rest meanwhile. Without xdist the groups are unused and only the order changes."""
+    2-core machine), Apache Kafka's tests share one (one cluster of JVMs at a time), and the
+    two go first, being the longest groups. Without xdist the groups are unused and only the order changes."""
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(time_limit_s(item.nodeid)))
         if item.get_closest_marker("xdist_group") is None:
             path = item.nodeid.split("::", 1)[0]
-            group = "spark" if path.startswith(SPARK_TESTS) else path
+            group = ("spark" if path.startswith(SPARK_TESTS) else
+                     "apache-kafka" if path.startswith(APACHE_KAFKA_TESTS) else path)
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: not item.nodeid.startswith(SPARK_TESTS))  # stable
+    items.sort(key=_first_the_longest)  # stable
+
+
+def _first_the_longest(item: pytest.Item) -> int:
+    """The two longest groups first (Spark, then Apache Kafka's), so each has a worker to
+    itself early and the other tests fill in around them."""
+    if item.nodeid.startswith(SPARK_TESTS):
+        return 0
+    return 1 if item.nodeid.startswith(APACHE_KAFKA_TESTS) else 2
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

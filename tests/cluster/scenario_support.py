@@ -4,6 +4,7 @@ A load sends ``N`` records (each value carries its sequence number, keys spread 
 the topic's partitions) paced over ``PACE_S`` seconds, with one of the clients:
 
 * ``confluent``: confluent_kafka.Producer.produce() per record (the baseline);
+* ``kip-produce``: kipproducer's Producer, produce() per record (librdkafka's own path);
 * ``arrays``: kipproducer's produce_arrays in chunks;
 * ``batch``: kipproducer's produce_batch in chunks.
 
@@ -35,6 +36,9 @@ EVENT_AT_S = 0.7
 PARTITIONS = 6
 KEYS = 60
 PAD = b"." * 60
+
+
+PER_RECORD = ("confluent", "kip-produce")
 
 
 def unique(prefix: str) -> str:
@@ -105,7 +109,7 @@ def run_load(client: str, bootstrap: str, topic: str, *, n: int = N, pace_s: flo
             producer.poll(min(due - now, 0.01))
         seqs = range(start, min(start + CHUNK, n))
         keys = [b"k%02d" % (i % KEYS) for i in seqs]
-        if client == "confluent":
+        if client in PER_RECORD:
             for i, key in zip(seqs, keys, strict=True):
                 while True:
                     try:

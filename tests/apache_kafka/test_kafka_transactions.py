@@ -1,0 +1,172 @@
+"""Transactions of kipproducer's own engine on Apache Kafka, under both transaction
+protocols a 4.x cluster can run: ``transaction.version`` 2 (KIP-890's second part, Kafka
+4.x's default: the 3-node ``kafka3``) and 0 (the classic protocol: ``kafka1_tv0``, formatted
+with it). The engine speaks the classic client flow (AddPartitionsToTxn v3, EndTxn without
+the per-transaction epoch bump), which a 4.x broker serves under either setting, verifying
+each transactional produce against the coordinator (KIP-890's first part).
+
+* Committed transactions through the coordinator's node killed -9 (and a steady run), beside
+  confluent-kafka's transactional Producer in the same test; judged by librdkafka and Kafka's
+  Java consumer at read_committed (both must agree): nothing lost, duplicated or reordered,
+  kip within 1.5x (+1 s) of confluent.
+* Aborted transactions between committed ones, with every produce path: read_committed
+  readers (both) see exactly the committed records at their offsets; read_uncommitted ones
+  see the aborted ones too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kafka_cluster import KafkaCluster
+from kafka_support import read_both, read_both_topics, sequences
+from scenario_support import (
+    KEYS,
+    PARTITIONS,
+    TXN_RECORDS,
+    TXNS,
+    Outcome,
+    assert_within,
+    run_transactions,
+    unique,
+    value,
+)
+
+from kipproducer import Producer
+
+TXN_STATE_PARTITIONS = 3   # transaction.state.log.num.partitions in kafka_cluster.BASE_CONFIG
+
+
+def java_string_hash(text: str) -> int:
+    h = 0
+    data = text.encode("utf-16-be")   # Java hashes UTF-16 code units
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_of(cluster: KafkaCluster, transactional_id: str) -> int:
+    """The node leading the __transaction_state partition the id hashes to (Kafka's
+    ``abs(id.hashCode()) % partitions``)."""
+    h = java_string_hash(transactional_id)
+    partition = (0 if h == -(1 << 31) else abs(h)) % TXN_STATE_PARTITIONS
+    return cluster.leader("__transaction_state", partition)
+
+
+def _judge(outcome: Outcome, log) -> None:
+    seen: set[int] = set()
+    for seqs in sequences(log).values():
+        last = -1
+        for s in seqs:
+            if s in seen:
+                outcome.duplicated += 1
+                continue
+            seen.add(s)
+            outcome.reordered += s < last
+            last = s
+    outcome.lost = TXNS * TXN_RECORDS - len(seen)
+
+
+def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
+    topic = cluster.unique_topic(f"txn-{kind}-{client}", PARTITIONS)
+    tid = unique(f"tid-{client}")
+    events = {}
+    if kind == "coordinator_killed":
+        # the coordinator exists once the first transaction begins; found and killed in 3
+        events = {3: lambda: cluster.kill(coordinator_of(cluster, tid))}
+    outcome = run_transactions(client, cluster.bootstrap, topic, tid, events=events)
+    for node_id, node in cluster.nodes.items():
+        if not node.alive:
+            cluster.restart(node_id, wait_in_sync=False)
+    cluster.wait_in_sync()
+    return outcome
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("kind", ["steady", "coordinator_killed"])
+def test_transactions_through_the_coordinators_node_killed(kafka3: KafkaCluster,
+                                                            kind: str) -> None:
+    outcomes = [_run(kafka3, client, kind) for client in ("confluent", "arrays", "batch")]
+    logs = read_both_topics(kafka3, [o.topic for o in outcomes], PARTITIONS)
+    for outcome in outcomes:
+        _judge(outcome, logs[outcome.topic])
+        print(f"{kind}: {outcome.client} {outcome.elapsed:.2f} s, delivered "
+              f"{outcome.delivered}, lost {outcome.lost}, duplicated {outcome.duplicated}, "
+              f"reordered {outcome.reordered}, errors {len(outcome.errors)}")
+    for outcome in outcomes:
+        assert not outcome.errors, (outcome.client, outcome.errors[:3])
+        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome
+    for kip in outcomes[1:]:
+        assert_within(kip, outcomes[0])
+
+
+def _committed_and_aborted(cluster: KafkaCluster) -> None:
+    topic = cluster.unique_topic("txn-aborts", 2)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap,
+                         "transactional.id": unique("tid-aborts")})
+    producer.init_transactions(60)
+    committed: list[int] = []
+    sent: list[int] = []
+    seq = iter(range(10**6))
+
+    def values(n: int) -> list[int]:
+        out = [next(seq) for _ in range(n)]
+        sent.extend(out)
+        return out
+
+    for how, outcome in [("arrays", "commit"), ("batch", "abort"), ("produce", "commit"),
+                         ("arrays", "abort"), ("batch", "commit"), ("produce", "abort"),
+                         ("batch", "commit")]:
+        producer.begin_transaction()
+        seqs = values(50)
+        if how == "arrays":
+            producer.produce_arrays(topic, np.array([value(i) for i in seqs], dtype=object),
+                                    keys=np.array([b"k%02d" % (i % KEYS) for i in seqs],
+                                                  dtype=object))
+        elif how == "batch":
+            assert producer.produce_batch(topic, [{"value": value(i), "key": b"k%02d" % (
+                i % KEYS)} for i in seqs]) == len(seqs)
+        else:
+            for i in seqs:
+                producer.produce(topic, value(i), key=b"k%02d" % (i % KEYS))
+        if outcome == "commit":
+            producer.commit_transaction(60)
+            committed.extend(seqs)
+        else:
+            producer.abort_transaction(60)
+    producer.close()
+    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
+    assert sorted(s for seqs in seen.values() for s in seqs) == committed
+    for seqs in seen.values():
+        assert seqs == sorted(seqs)
+    every = sequences(read_both(cluster, topic, 2, isolation="read_uncommitted"))
+    assert sorted(s for seqs in every.values() for s in seqs) == sent
+
+
+def test_aborted_transactions_on_transaction_version_2(kafka3: KafkaCluster) -> None:
+    assert "transaction.version" in kafka3.finalized_features()
+    _committed_and_aborted(kafka3)
+
+
+def test_aborted_transactions_on_transaction_version_0(kafka1_tv0: KafkaCluster) -> None:
+    features = kafka1_tv0.finalized_features()
+    line = next(ln for ln in features.splitlines() if "transaction.version" in ln)
+    assert "FinalizedVersionLevel: 0" in line, line
+    _committed_and_aborted(kafka1_tv0)
+
+
+@pytest.mark.timeout(300)
+def test_transactions_on_transaction_version_0_beside_confluent(
+        kafka1_tv0: KafkaCluster) -> None:
+    outcomes = []
+    for client in ("confluent", "arrays", "batch"):
+        topic = kafka1_tv0.unique_topic(f"txn-tv0-{client}", PARTITIONS)
+        outcomes.append(run_transactions(client, kafka1_tv0.bootstrap, topic,
+                                         unique(f"tid-tv0-{client}")))
+    logs = read_both_topics(kafka1_tv0, [o.topic for o in outcomes], PARTITIONS)
+    for outcome in outcomes:
+        _judge(outcome, logs[outcome.topic])
+        assert not outcome.errors, (outcome.client, outcome.errors[:3])
+        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome
+    for kip in outcomes[1:]:
+        assert_within(kip, outcomes[0])
