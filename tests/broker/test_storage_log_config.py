@@ -68,7 +68,6 @@ def test_parse_from_strings():
         ("retention.ms", "-2", "at least -1"),
         ("flush.messages", "0", "at least 1"),
         ("cleanup.policy", "compact,nope", "unknown policy"),
-        ("cleanup.policy", "", "at least one"),
         ("cleanup.policy", "delete,delete", "twice"),
         ("message.timestamp.type", "createtime", "one of"),
         ("check.expected.offsets", "yes", "true or false"),
@@ -83,6 +82,14 @@ def test_bad_values_are_refused_with_the_config_name(name, value, reason):
     assert excinfo.value.name == name
     assert reason in str(excinfo.value)
     assert excinfo.value.error_code == 40
+
+
+def test_an_empty_cleanup_policy_neither_deletes_nor_compacts():
+    """Kafka takes an empty cleanup.policy (what SUBTRACT of the last policy leaves)."""
+    config = LogConfig.parse({"cleanup.policy": ""})
+    assert config.cleanup_policy == ()
+    assert not config.delete and not config.compact
+    assert config.overrides["cleanup.policy"] == ""
 
 
 def test_describe_reports_sources():

@@ -42,6 +42,18 @@ def test_retention_by_time_deletes_old_segments_and_moves_the_log_start(tmp_path
     log.close()
 
 
+def test_an_empty_cleanup_policy_keeps_every_segment(tmp_path, kit):
+    """Neither delete nor compact: retention.ms past, nothing goes, nothing is compacted."""
+    config = one_batch_segments(kit, retention_ms=1000, cleanup_policy="")
+    log = PartitionLog(tmp_path / "t-0", config)
+    append_one_per_segment(log, kit, [1000, 2000, 3000, 4000])
+    assert log.apply_retention(now_ms=10_000) == 0
+    assert log.segment_base_offsets == [0, 1, 2, 3]
+    assert not log.needs_compaction(now_ms=10_000)
+    assert [r.offset for r in kit.read_all(log)] == [0, 1, 2, 3]
+    log.close()
+
+
 def test_retention_of_the_whole_log_keeps_the_log_end(tmp_path, kit):
     log = PartitionLog(tmp_path / "t-0", LogConfig.of(retention_ms=10))
     log.append(kit.batch(kit.values(3), timestamp=100), assign_offsets=True)

@@ -38,7 +38,7 @@ from .storage.config_def import (
     render_typed,
 )
 from .storage.log_config import ConfigSynonym
-from .storage.topic_configs import TOPIC_CONFIG_DEFS
+from .storage.topic_configs import BROKER_SYNONYMS, TOPIC_CONFIG_BY_NAME, TOPIC_CONFIG_DEFS
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -219,6 +219,26 @@ def node_key_names() -> set[str]:
     return set(_NODE_KEYS)
 
 
+#: Kafka's LIST-typed broker configs with no row of their own here, and their Kafka default.
+_OTHER_LIST_DEFAULTS: Final = {"metric.reporters": "org.apache.kafka.common.metrics.JmxReporter"}
+
+
+def list_default(name: str) -> str | None:
+    """Kafka's built-in default (as text) of the LIST-typed broker config ``name``, or None
+    when Kafka does not define ``name`` as a LIST (IncrementalAlterConfigs' APPEND and SUBTRACT
+    start from it when the resource holds no value of its own)."""
+    if name in BROKER_SYNONYMS:
+        definition = TOPIC_CONFIG_BY_NAME[BROKER_SYNONYMS[name][0]]
+        return (definition.render(definition.default)
+                if definition.config_type == TYPE_LIST else None)
+    if name in _LIST_PROPERTIES:
+        spec = BrokerConfig.properties()[name]
+        return "" if spec.default is MISSING else str(spec.default)
+    if name in _NODE_KEYS:
+        return "" if _NODE_KEYS[name][0] == TYPE_LIST else None  # Kafka: no default
+    return _OTHER_LIST_DEFAULTS.get(name)
+
+
 def _with_dynamic(row: BrokerEntry, broker: Broker) -> BrokerEntry:
     """The row with the dynamic levels laid over it (value, source, synonyms, read-only)."""
     dynamic = broker.dynamic
@@ -255,9 +275,10 @@ def _extra_dynamic_rows(broker: Broker, names: set[str]) -> list[BrokerEntry]:
     rows = []
     for name in names:
         hidden = base_name(name) in _PASSWORD_PROPERTIES
-        rows.append(_with_dynamic(BrokerEntry(
-            name, None, SOURCE_DEFAULT_CONFIG, TYPE_PASSWORD if hidden else TYPE_STRING, ()),
-            broker) if is_dynamic(name) else _custom_row(broker, name))
+        config_type = (TYPE_PASSWORD if hidden
+                       else TYPE_LIST if list_default(name) is not None else TYPE_STRING)
+        rows.append(_with_dynamic(BrokerEntry(name, None, SOURCE_DEFAULT_CONFIG, config_type, ()),
+                                  broker) if is_dynamic(name) else _custom_row(broker, name))
     return rows
 
 

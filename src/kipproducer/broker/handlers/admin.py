@@ -23,8 +23,8 @@ from ...protocol.api_keys import (
     INCREMENTAL_ALTER_CONFIGS,
 )
 from ..api import RequestContext, handles
-from ..broker_config_defs import BrokerEntry, describe_broker, describe_default
-from ..dynamic_config import DynamicConfigError, validate
+from ..broker_config_defs import BrokerEntry, describe_broker, describe_default, list_default
+from ..dynamic_config import DynamicConfigError, is_dynamic, known_static_names, validate
 from ..security.checks import (
     may_alter_configs,
     may_alter_topic,
@@ -32,6 +32,7 @@ from ..security.checks import (
     may_delete_topic,
     may_describe_configs,
 )
+from ..storage.config_def import altered_list
 from ..storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -42,7 +43,7 @@ from ..storage.errors import (
     TopicExistsError,
     UnknownTopicError,
 )
-from ..storage.log_config import TYPE_LIST
+from ..storage.log_config import CONFIG_BY_NAME, TYPE_LIST
 from .common import INVALID_CONFIG, logs_of, partition_log
 
 log = logging.getLogger("kipproducer.broker")
@@ -327,6 +328,8 @@ def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool)
         )
         return answer
     try:
+        if incremental:
+            _check_incremental_request(res.configs)
         info = logs.topic(res.resource_name)
         if not incremental:
             logs.alter_topic_config(
@@ -344,28 +347,36 @@ def _alter_one(ctx: RequestContext, res, validate_only: bool, incremental: bool)
             elif c.config_operation == OP_DELETE:
                 deleted.append(c.name)
             elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-                described = info.config.describe([c.name])
-                # Kafka: only list configs take APPEND / SUBTRACT; an unknown name is no list.
-                if not described or described[0].config_type != TYPE_LIST:
-                    raise InvalidConfigError(
-                        c.name, c.value, "APPEND and SUBTRACT apply to list configs only"
-                    )
-                base = current.get(c.name) or described[0].value or ""
-                items = [x for x in base.split(",") if x]
-                for item in (c.value or "").split(","):
-                    if c.config_operation == OP_APPEND and item and item not in items:
-                        items.append(item)
-                    elif c.config_operation == OP_SUBTRACT and item in items:
-                        items.remove(item)
-                set_values[c.name] = ",".join(items)
+                definition = CONFIG_BY_NAME.get(c.name)
+                # Kafka's controller: an unknown name is no list either.
+                if definition is None or definition.config_type != TYPE_LIST:
+                    raise _Refused(INVALID_CONFIG, f"Can't {_OP_NAMES[c.config_operation]} to "
+                                   f"key {c.name} because its type is not LIST.")
+                base = current.get(c.name, definition.render(definition.default))
+                set_values[c.name] = altered_list(base, c.value, c.config_operation == OP_APPEND)
             else:
                 raise InvalidConfigError(c.name, c.value, f"unknown operation {c.config_operation}")
         logs.incremental_alter_topic_config(
             res.resource_name, set_values, deleted, validate_only=validate_only
         )
+    except _Refused as refused:
+        answer.update(error_code=refused.code, error_message=str(refused))
     except Exception as exc:
         answer.update(error_code=_error_of(exc), error_message=str(exc))
     return answer
+
+
+_OP_NAMES = {OP_SET: "SET", OP_DELETE: "DELETE", OP_APPEND: "APPEND", OP_SUBTRACT: "SUBTRACT"}
+
+
+def _check_incremental_request(configs) -> None:
+    """Kafka's first checks of one resource of IncrementalAlterConfigs (INVALID_REQUEST)."""
+    names = [c.name for c in configs]
+    if len(set(names)) != len(names):
+        raise _Refused(ec.INVALID_REQUEST, "Error due to duplicate config keys")
+    null = [c.name for c in configs if c.config_operation != OP_DELETE and c.value is None]
+    if null:
+        raise _Refused(ec.INVALID_REQUEST, "Null value not supported for : " + ", ".join(null))
 
 
 def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bool,
@@ -389,6 +400,7 @@ def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bo
             updates = {n: None for n in current if n not in new}
             updates.update(new)
         else:
+            _check_incremental_request(res.configs)
             new = dict(current)
             for c in res.configs:
                 if c.config_operation == OP_SET:
@@ -398,13 +410,11 @@ def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bo
                     new.pop(c.name, None)
                     updates[c.name] = None
                 elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
-                    items = [x for x in (new.get(c.name) or "").split(",") if x]
-                    for item in (c.value or "").split(","):
-                        if c.config_operation == OP_APPEND and item and item not in items:
-                            items.append(item)
-                        elif c.config_operation == OP_SUBTRACT and item in items:
-                            items.remove(item)
-                    new[c.name] = ",".join(items)
+                    default = _broker_list_default(c.name, c.config_operation)
+                    # The level's own value, else Kafka's built-in default: neither the other
+                    # level nor the --config value (Kafka's controller does the same).
+                    new[c.name] = altered_list(new.get(c.name, default), c.value,
+                                               c.config_operation == OP_APPEND)
                     updates[c.name] = new[c.name]
                 else:
                     raise DynamicConfigError(f"unknown operation {c.config_operation}")
@@ -413,11 +423,27 @@ def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bo
         levels = (new, broker.dynamic.default) if per_broker else (
             broker.dynamic.per_broker, new)
         broker.apply_dynamic(*levels, validate_only=validate_only)
+    except _Refused as refused:
+        answer.update(error_code=refused.code, error_message=str(refused))
     except (DynamicConfigError, ValueError) as exc:
         answer.update(error_code=ec.INVALID_REQUEST,
                       error_message="Invalid config value for resource ConfigResource("
                       f"type=BROKER, name='{name}'): {exc}")
     return answer
+
+
+def _broker_list_default(name: str, operation: int) -> str:
+    """Kafka's default of the LIST broker config ``name``; INVALID_CONFIG when it is no list
+    (the forwarding broker's words; for a name Kafka does not know at all the words it means
+    to send, where Kafka 4.0 answers UNKNOWN_SERVER_ERROR without a message)."""
+    default = list_default(name)
+    if default is None:
+        if name not in known_static_names() and not is_dynamic(name):
+            raise _Refused(INVALID_CONFIG, f"Unknown config name: {name}")
+        verb = "append" if operation == OP_APPEND else "subtract"
+        raise _Refused(INVALID_CONFIG,
+                       f"Config value {verb} is not allowed for config key: {name}")
+    return default
 
 
 @handles(ALTER_CONFIGS, 0, 2)

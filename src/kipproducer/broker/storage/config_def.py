@@ -138,6 +138,30 @@ def render_typed(config_type: int, value: Any) -> str:
     return str(value)
 
 
+def altered_list(current: str, items: str, append: bool) -> str:
+    """IncrementalAlterConfigs' APPEND (``append``) or SUBTRACT of ``items`` on a LIST value.
+
+    ``current`` is the value the resource itself holds for the config, else the config's
+    built-in default: Kafka's controller starts from that, not from the value in force (a topic
+    without an override starts from ``delete``, never from ``log.cleanup.policy``). APPEND adds
+    the items not yet listed, in order; SUBTRACT removes one occurrence of each. Empty items of
+    ``current`` are dropped; ``items`` is split as Java's String.split splits it (trailing empty
+    items dropped), so the result is what Kafka stores, before validation.
+    """
+    parts = [part for part in current.split(",") if part]
+    pieces = items.split(",")
+    while len(pieces) > 1 and pieces[-1] == "":
+        pieces.pop()
+    if pieces == [""] and "," in items:  # "," or ",,": Java splits them into nothing
+        pieces = []
+    for item in pieces:
+        if append and item not in parts:
+            parts.append(item)
+        elif not append and item in parts:
+            parts.remove(item)
+    return ",".join(parts)
+
+
 # -- validators ---------------------------------------------------------------------------------
 
 

@@ -49,8 +49,9 @@ _KAFKA_VERSION = re.compile(r"(0\.(8|9|10|11)(\.[0-9]+){0,2}|[1-3]\.[0-9]+(\.[0-
 
 
 def _cleanup_policy(value: Any) -> str | None:
-    if not value:
-        return "must name at least one of compact, delete"
+    # Empty is valid, as in Kafka (its ValidList takes an empty list): neither delete nor
+    # compact, so the topic keeps every record (what IncrementalAlterConfigs' SUBTRACT of the
+    # last policy leaves).
     unknown = [item for item in value if item not in (CLEANUP_COMPACT, CLEANUP_DELETE)]
     if unknown:
         return f"unknown policy {unknown[0]!r}; valid values are compact, delete"
@@ -102,7 +103,8 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
            "kipproducer: when true the topic accepts only EXPECTED_OFFSETS produce requests "
            "(KIP-27); any other mode gets POLICY_VIOLATION."),
     _topic("cleanup.policy", TYPE_LIST, (CLEANUP_DELETE,), _cleanup_policy,
-           "delete, compact or both: drop old segments, keep the latest value per key, or both.",
+           ("delete, compact, both or neither (empty): drop old segments, keep the latest value "
+            "per key, both, or keep every record."),
            Synonym("log.cleanup.policy")),
     _topic("compression.gzip.level", TYPE_INT, -1, either(one_of(-1), between(1, 9)),
            "Level used when the broker gzips a batch; -1: the codec's default.",
