@@ -23,7 +23,7 @@ from ...protocol.api_keys import (
     INCREMENTAL_ALTER_CONFIGS,
 )
 from ..api import RequestContext, handles
-from ..broker_config_defs import BrokerEntry, describe_broker, describe_default
+from ..broker_config_defs import BrokerEntry, describe_broker, describe_default, known_names
 from ..dynamic_config import DynamicConfigError, validate
 from ..security.checks import (
     may_alter_configs,
@@ -409,7 +409,7 @@ def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bo
                 else:
                     raise DynamicConfigError(f"unknown operation {c.config_operation}")
             new = {k: v for k, v in new.items() if v is not None}
-        validate(updates, per_broker)
+        validate(updates, per_broker, known_names())
         levels = (new, broker.dynamic.default) if per_broker else (
             broker.dynamic.per_broker, new)
         broker.apply_dynamic(*levels, validate_only=validate_only)
