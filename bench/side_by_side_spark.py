@@ -301,7 +301,7 @@ def raw_reader(bootstrap: str, records: int, repeat: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from kipproducer.spark.fetch_read import read_range
-    from kipproducer.spark.source import OffsetRange
+    from kipproducer.spark.offset_range import OffsetRange
 
     topic = f"raw-{records}-{int(time.time())}"
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -717,8 +717,9 @@ class Producer(confluent_kafka.Producer):
     def _emulation_or_start(self) -> _stock.Emulation:
         """The stock-cluster emulation (kipproducer.stock), made at its first use."""
         if self._emulation is None:
-            self._emulation = _stock.new_emulation(self._conf, self._emulated_bulk_send,
-                                                   self._emulated_bulk_settle)
+            self._emulation = _stock.new_emulation(
+                self._conf, self._emulated_bulk_send, self._emulated_bulk_settle,
+                _stock.EngineTransactions(Producer, register_partition))
         return self._emulation
 
     def _emulated_bulk_send(self, topic: str, partition: int, values: list, keys, headers,

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 from .kafka_release import KAFKA_3_9, NOT_SERVED
 
 if TYPE_CHECKING:
-    from .broker import Broker
     from .security.sasl import SaslSession
+    from .view import BrokerView
 
 
 @dataclass
 class RequestContext:
     """What a handler knows about the request besides its body."""
 
-    broker: Broker
+    broker: BrokerView
     api_key: int
     api_version: int
     correlation_id: int

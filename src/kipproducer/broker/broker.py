@@ -4,7 +4,8 @@ listener.
 ``Broker(data_dir, host=..., port=..., config=...)``; ``await start()`` opens the data dir
 (recovering every log), starts the listener and the maintenance timer; ``await stop()`` closes
 connections, flushes and closes the logs. Request handlers (``handlers/``) reach everything
-through the ``Broker`` passed in their context.
+through the ``Broker`` passed in their context, typed as the ``BrokerView`` of view.py so that
+they need not import this module (which imports them).
 """
 
 from __future__ import annotations

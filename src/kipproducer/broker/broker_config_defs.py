@@ -41,7 +41,7 @@ from .storage.log_config import ConfigSynonym
 from .storage.topic_configs import BROKER_SYNONYMS, TOPIC_CONFIG_BY_NAME, TOPIC_CONFIG_DEFS
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .view import BrokerView
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,26 +76,26 @@ _PASSWORD_PROPERTIES: Final = frozenset({
     "ssl.key.password", "ssl.keystore.key", "ssl.keystore.password", "ssl.truststore.password"})
 
 
-def _listener_name(broker: Broker) -> str:
+def _listener_name(broker: BrokerView) -> str:
     return broker.server.spec.protocol
 
 
-def _listeners(broker: Broker) -> str:
+def _listeners(broker: BrokerView) -> str:
     return ",".join(f"{s.spec.protocol}://{s.host}:{s.port}" for s in broker.servers)
 
 
-def _advertised_listeners(broker: Broker) -> str:
+def _advertised_listeners(broker: BrokerView) -> str:
     return ",".join(f"{s.spec.protocol}://{':'.join(map(str, broker.advertised_address(s)))}"
                     for s in broker.servers)
 
 
-def _protocol_map(broker: Broker) -> str:
+def _protocol_map(broker: BrokerView) -> str:
     return ",".join(f"{s.spec.protocol}:{s.spec.protocol}" for s in broker.servers)
 
 
 # Keys that describe the running node: name -> (type, value from the broker, from the command
 # line?, documentation).
-_NodeValue = Callable[["Broker"], Any]
+_NodeValue = Callable[["BrokerView"], Any]
 _NODE_KEYS: Final[dict[str, tuple[int, _NodeValue, bool, str]]] = {
     "listeners": (
         TYPE_STRING, _listeners, True, "the addresses --listen and listeners bound"),
@@ -139,7 +139,7 @@ def _text(config_type: int, value: Any) -> str | None:
     return render_typed(TYPE_BOOLEAN if config_type == TYPE_BOOLEAN else TYPE_STRING, value)
 
 
-def _property_rows(broker: Broker) -> list[BrokerEntry]:
+def _property_rows(broker: BrokerView) -> list[BrokerEntry]:
     config = broker.config
     rows = []
     for name, spec in BrokerConfig.properties().items():
@@ -181,7 +181,7 @@ def _row(name: str, text: str | None, static: bool, config_type: int,
     )
 
 
-def _log_rows(broker: Broker) -> list[BrokerEntry]:
+def _log_rows(broker: BrokerView) -> list[BrokerEntry]:
     """The broker synonyms of every topic config."""
     given = broker.config.log_properties
     rows = []
@@ -201,7 +201,7 @@ def _log_rows(broker: Broker) -> list[BrokerEntry]:
     return rows
 
 
-def _node_rows(broker: Broker) -> list[BrokerEntry]:
+def _node_rows(broker: BrokerView) -> list[BrokerEntry]:
     rows = []
     explicit = broker.config.explicit
     for name, (config_type, value_of, from_command_line, doc) in _NODE_KEYS.items():
@@ -215,8 +215,10 @@ def _node_rows(broker: Broker) -> list[BrokerEntry]:
     return rows
 
 
-def node_key_names() -> set[str]:
-    return set(_NODE_KEYS)
+def known_names() -> set[str]:
+    """Every broker config name this broker knows: its properties, the log synonyms and the
+    keys that describe the running node."""
+    return {*BrokerConfig.properties(), *BROKER_SYNONYMS, *_NODE_KEYS}
 
 
 #: Kafka's LIST-typed broker configs with no row of their own here, and their Kafka default.
@@ -239,7 +241,7 @@ def list_default(name: str) -> str | None:
     return _OTHER_LIST_DEFAULTS.get(name)
 
 
-def _with_dynamic(row: BrokerEntry, broker: Broker) -> BrokerEntry:
+def _with_dynamic(row: BrokerEntry, broker: BrokerView) -> BrokerEntry:
     """The row with the dynamic levels laid over it (value, source, synonyms, read-only)."""
     dynamic = broker.dynamic
     name = row.name
@@ -270,7 +272,7 @@ def _with_dynamic(row: BrokerEntry, broker: Broker) -> BrokerEntry:
                        row.documentation, read_only=False, sensitive=hidden)
 
 
-def _extra_dynamic_rows(broker: Broker, names: set[str]) -> list[BrokerEntry]:
+def _extra_dynamic_rows(broker: BrokerView, names: set[str]) -> list[BrokerEntry]:
     """Dynamic values under names with no row of their own (listener.name.X.*, custom)."""
     rows = []
     for name in names:
@@ -282,7 +284,7 @@ def _extra_dynamic_rows(broker: Broker, names: set[str]) -> list[BrokerEntry]:
     return rows
 
 
-def _custom_row(broker: Broker, name: str) -> BrokerEntry:
+def _custom_row(broker: BrokerView, name: str) -> BrokerEntry:
     per_broker, default = broker.dynamic.per_broker.get(name), broker.dynamic.default.get(name)
     synonyms = []
     if per_broker is not None:
@@ -293,7 +295,7 @@ def _custom_row(broker: Broker, name: str) -> BrokerEntry:
                        tuple(synonyms), read_only=False)
 
 
-def describe_default(broker: Broker) -> list[BrokerEntry]:
+def describe_default(broker: BrokerView) -> list[BrokerEntry]:
     """The cluster-default resource (empty name): only its dynamic values, as Kafka."""
     rows = []
     for name in sorted(broker.dynamic.default):
@@ -307,7 +309,7 @@ def describe_default(broker: Broker) -> list[BrokerEntry]:
     return rows
 
 
-def describe_broker(broker: Broker) -> list[BrokerEntry]:
+def describe_broker(broker: BrokerView) -> list[BrokerEntry]:
     """Every broker row, sorted by name; a name appears once (BrokerConfig's wins)."""
     rows: dict[str, BrokerEntry] = {}
     for row in [*_node_rows(broker), *_log_rows(broker), *_property_rows(broker)]:

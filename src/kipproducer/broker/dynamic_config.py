@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Final
 
 from .broker_config import BrokerConfig, BrokerConfigError
@@ -125,13 +125,6 @@ def _scala_set(names: Iterable[str]) -> str:
     return "Set(" + ", ".join(sorted(names)) + ")"
 
 
-def known_static_names() -> set[str]:
-    """Every broker config name this broker knows (its properties and log synonyms)."""
-    from .broker_config_defs import node_key_names  # noqa: PLC0415 (import cycle)
-
-    return {*BrokerConfig.properties(), *BROKER_SYNONYMS, *node_key_names()}
-
-
 def _check_value(name: str, value: str) -> None:
     spec = _EXTRA_TYPES.get(name)
     prop = BrokerConfig.properties().get(name)
@@ -154,10 +147,13 @@ def _check_value(name: str, value: str) -> None:
             f"Invalid value {value} for configuration {name}: Value must be at least {minimum}")
 
 
-def validate(updates: Mapping[str, str | None], per_broker: bool) -> None:
-    """Kafka's checks of an update at one level (the names set or deleted)."""
+def validate(updates: Mapping[str, str | None], per_broker: bool,
+             known_names: Collection[str]) -> None:
+    """Kafka's checks of an update at one level (the names set or deleted); ``known_names``:
+    every broker config name the broker knows (broker_config_defs.known_names), those of them
+    that are not dynamic being refused."""
     names = set(updates)
-    static = {n for n in names if n in known_static_names() and not is_dynamic(n)}
+    static = {n for n in names if n in known_names and not is_dynamic(n)}
     if static:
         raise DynamicConfigError(f"Cannot update these configs dynamically: {_scala_set(static)}")
     unprefixed = names & SSL_RECONFIGURABLE

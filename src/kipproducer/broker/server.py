@@ -50,7 +50,7 @@ from .connection_quotas import ConnectionQuotas
 from .listeners import ListenerSpec
 
 if TYPE_CHECKING:
-    from .broker import Broker
+    from .view import BrokerView
 
 log = logging.getLogger("kipproducer.broker")
 
@@ -120,7 +120,7 @@ class BrokerServer:
     #: How long a TLS client has to finish its handshake before it is dropped.
     TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
-    def __init__(self, broker: Broker, host: str = "127.0.0.1", port: int = 0, *,
+    def __init__(self, broker: BrokerView, host: str = "127.0.0.1", port: int = 0, *,
                  spec: ListenerSpec | None = None, ssl_context: ssl.SSLContext | None = None,
                  quotas: ConnectionQuotas | None = None) -> None:
         self.broker = broker
@@ -394,7 +394,7 @@ class ClientLink(asyncio.BufferedProtocol):
 
 
 class Connection:
-    def __init__(self, broker: Broker, link: ClientLink, conn_id: int, host: str,
+    def __init__(self, broker: BrokerView, link: ClientLink, conn_id: int, host: str,
                  listener: BrokerServer | None = None) -> None:
         self.broker = broker
         self.link = link

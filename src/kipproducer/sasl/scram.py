@@ -1,14 +1,30 @@
-"""SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677) as Kafka uses them.
+"""SCRAM-SHA-256 / SCRAM-SHA-512 (RFC 5802, RFC 7677) as Kafka uses them, through ``scramp``.
+
+The exchange itself (messages, nonces, proofs, the server's signature) is the ``scramp``
+library's, on both sides: :class:`ScramServer` runs one server-side exchange for the broker's
+SASL state machine, :class:`ScramClient` is the client side used by the engine's connections,
+the ``kip acls --bootstrap-server`` client and tests that talk SASL on the wire themselves.
+
+What stays here is what Kafka does differently from ``scramp``:
+
+- Kafka takes the password as UTF-8 as it is, with no SASLprep; ``scramp`` always applies
+  SASLprep. The stored credentials are therefore derived here (so a password SASLprep would
+  change or refuse is stored as Kafka stores it, and data dirs made before keep working), and a
+  client whose user name or password SASLprep would change is refused with that reason rather
+  than sending a proof no Kafka broker would accept. The broker's side is unaffected for
+  passwords (it holds keys, not passwords); a user name SASLprep refuses is refused.
+- Kafka's GS2 header may carry an authorization id equal to the user; ``scramp`` accepts
+  none, so any authorization id is refused (Kafka's clients send none).
+- Kafka's client-first may carry the ``tokenauth`` extension (delegation tokens); it is
+  refused here by name before ``scramp`` sees it.
+- An unknown user gets a decoy credential (see :class:`ScramServer`).
+- The checks of a client's messages before ``scramp`` reads them, so that each mistake gets
+  one message naming it.
 
 Only what a server stores is kept: salt, iteration count, StoredKey = H(HMAC(SaltedPassword,
 "Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key"). StoredKey lets the server
 check a client's proof without knowing the password; ServerKey lets it prove to the client that
 it knows the credential. Neither gives the password back.
-
-:class:`ScramServer` runs one server-side exchange (client-first -> server-first,
-client-final -> server-final); the broker's SASL state machine drives it. :class:`ScramClient`
-is the client side, used by the engine's connections, by the ``kip acls --bootstrap-server``
-client and by tests that talk SASL on the wire themselves.
 """
 
 from __future__ import annotations
@@ -21,6 +37,10 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from scramp import ScramClient as _ScrampClient
+from scramp import ScramException, ScramMechanism
+from scramp.utils import saslprep
 
 from .errors import AuthenticationFailed, MalformedToken
 
@@ -69,10 +89,6 @@ def _b64(data: bytes) -> str:
 
 def _hmac(hash_name: str, key: bytes, message: bytes) -> bytes:
     return hmac.new(key, message, hash_name).digest()
-
-
-def _xor(a: bytes, b: bytes) -> bytes:
-    return bytes(x ^ y for x, y in zip(a, b, strict=True))
 
 
 def hash_name_of(mechanism: str) -> str:
@@ -136,106 +152,7 @@ def password_matches(mechanism: str, credential: ScramCredential, password: str)
     return hmac.compare_digest(expected.stored_key, credential.stored_key)
 
 
-# -- message parsing -----------------------------------------------------------------------------
-
-
-def _attributes(text: str, what: str) -> list[tuple[str, str]]:
-    """``a=1,b=2`` -> [("a", "1"), ("b", "2")]; values may contain '=' but not ','."""
-    out = []
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or len(key) < 1:
-            raise MalformedToken(f"{what}: {part!r} is not an attribute=value pair")
-        out.append((key, value))
-    return out
-
-
-def decode_saslname(name: str) -> str:
-    """RFC 5802 saslname: ',' travels as '=2C' and '=' as '=3D'; any other '=' is invalid."""
-    out = []
-    i = 0
-    while i < len(name):
-        if name[i] == "=":
-            code = name[i + 1 : i + 3]
-            if code == "2C":
-                out.append(",")
-            elif code == "3D":
-                out.append("=")
-            else:
-                raise MalformedToken(f"invalid escape {name[i:i + 3]!r} in SCRAM user name")
-            i += 3
-        else:
-            out.append(name[i])
-            i += 1
-    return "".join(out)
-
-
-def encode_saslname(name: str) -> str:
-    return name.replace("=", "=3D").replace(",", "=2C")
-
-
-@dataclass(frozen=True)
-class ClientFirst:
-    gs2_header: str  # "n,," or "y,," or "n,a=authzid,": echoed back in client-final's c=
-    authzid: str
-    username: str
-    nonce: str
-    extensions: dict[str, str]
-    bare: str  # client-first-message-bare, part of AuthMessage
-
-
-def parse_client_first(token: bytes) -> ClientFirst:
-    text = _utf8(token, "client-first message")
-    flag, sep, rest = text.partition(",")
-    if not sep:
-        raise MalformedToken("client-first message has no GS2 header")
-    if flag.startswith("p="):
-        raise MalformedToken("channel binding is not supported (GS2 flag 'p')")
-    if flag not in ("n", "y"):
-        raise MalformedToken(f"unknown GS2 channel-binding flag {flag!r}")
-    authz_part, sep, bare = rest.partition(",")
-    if not sep:
-        raise MalformedToken("client-first message ends inside its GS2 header")
-    authzid = ""
-    if authz_part:
-        if not authz_part.startswith("a="):
-            raise MalformedToken(f"bad authorization identity {authz_part!r}")
-        authzid = decode_saslname(authz_part[2:])
-    attrs = _attributes(bare, "client-first message")
-    if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r":
-        raise MalformedToken("client-first message must start with n=<user>,r=<nonce>")
-    username = decode_saslname(attrs[0][1])
-    nonce = attrs[1][1]
-    if not username:
-        raise MalformedToken("client-first message names no user")
-    if not nonce or not _printable(nonce):
-        raise MalformedToken("client-first message has an empty or unprintable nonce")
-    extensions = dict(attrs[2:])
-    return ClientFirst(f"{flag},{authz_part},", authzid, username, nonce, extensions, bare)
-
-
-@dataclass(frozen=True)
-class ClientFinal:
-    channel_binding: bytes
-    nonce: str
-    proof: bytes
-    without_proof: str  # client-final-message-without-proof, part of AuthMessage
-
-
-def parse_client_final(token: bytes) -> ClientFinal:
-    text = _utf8(token, "client-final message")
-    head, sep, proof_text = text.rpartition(",p=")
-    if not sep:
-        raise MalformedToken("client-final message has no proof (p=)")
-    attrs = _attributes(head, "client-final message")
-    if len(attrs) < 2 or attrs[0][0] != "c" or attrs[1][0] != "r":
-        raise MalformedToken("client-final message must start with c=<binding>,r=<nonce>")
-    try:
-        binding = base64.b64decode(attrs[0][1], validate=True)
-        proof = base64.b64decode(proof_text, validate=True)
-    except ValueError:
-        raise MalformedToken("client-final message has invalid base64") from None
-    return ClientFinal(binding, attrs[1][1], proof, head)
+# -- the client's messages, checked before scramp reads them -------------------------------------
 
 
 def _utf8(token: bytes, what: str) -> str:
@@ -245,13 +162,72 @@ def _utf8(token: bytes, what: str) -> str:
         raise MalformedToken(f"{what} is not UTF-8") from None
 
 
-def _printable(text: str) -> bool:
-    return all(0x21 <= ord(c) <= 0x7E and c != "," for c in text)
+def decode_saslname(name: str) -> str:
+    """RFC 5802 saslname: ',' travels as '=2C' and '=' as '=3D'; any other '=' is invalid."""
+    for at in (i for i, c in enumerate(name) if c == "="):
+        if name[at:at + 3] not in ("=2C", "=3D"):
+            raise MalformedToken(f"invalid escape {name[at:at + 3]!r} in SCRAM user name")
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+def _check_client_first(text: str) -> None:
+    """The client-first message's shape, each mistake named: GS2 header, no channel binding,
+    no authorization id other than the user (scramp takes none at all), n=<user>,r=<nonce>
+    first, no delegation token."""
+    flag, sep, rest = text.partition(",")
+    if not sep:
+        raise MalformedToken("client-first message has no GS2 header")
+    if flag.startswith("p="):
+        raise MalformedToken("channel binding is not supported (GS2 flag 'p')")
+    authz, sep, bare = rest.partition(",")
+    if not sep:
+        raise MalformedToken("client-first message ends inside its GS2 header")
+    attrs = [part.partition("=") for part in bare.split(",")]
+    if len(attrs) < 2 or attrs[0][:2] != ("n", "=") or attrs[1][:2] != ("r", "="):
+        raise MalformedToken("client-first message must start with n=<user>,r=<nonce>")
+    user, nonce = decode_saslname(attrs[0][2]), attrs[1][2]
+    if not user:
+        raise MalformedToken("client-first message names no user")
+    if not nonce:
+        raise MalformedToken("client-first message has an empty nonce")
+    extensions = {key: value for key, _, value in attrs[2:]}
+    if extensions.get(TOKEN_AUTH_EXTENSION, "").lower() == "true":
+        raise AuthenticationFailed("delegation token authentication is not supported")
+    if authz:
+        if authz != "a=" + encode_saslname(user):
+            raise AuthenticationFailed(
+                "the authorization id requested differs from the user name")
+        raise AuthenticationFailed("an authorization id is not supported: send n,, as the GS2 "
+                                   "header (Kafka's clients do)")
+
+
+def _check_client_final(text: str) -> None:
+    head, sep, proof = text.rpartition(",p=")
+    if not sep:
+        raise MalformedToken("client-final message has no proof (p=)")
+    for value in (head.partition("c=")[2].partition(",")[0], proof):
+        try:
+            base64.b64decode(value, validate=True)
+        except ValueError:
+            raise MalformedToken("client-final message has invalid base64") from None
 
 
 # -- the server side -----------------------------------------------------------------------------
 
 INVALID_CREDENTIALS = "invalid username or password"
+#: scramp's server errors -> what the client is told
+_SERVER_REFUSALS = {
+    "invalid-proof": INVALID_CREDENTIALS,
+    "channel-bindings-dont-match": "the channel-binding data does not echo the GS2 header",
+}
+
+
+def _refusal(exc: ScramException, what: str) -> AuthenticationFailed:
+    """The AuthenticationFailed that says why scramp refused ``what``."""
+    error = exc.server_error.value if exc.server_error is not None else ""
+    if error in _SERVER_REFUSALS:
+        return AuthenticationFailed(_SERVER_REFUSALS[error])
+    return AuthenticationFailed(f"{what} message refused: {exc.args[0]}")
 
 
 class ScramServer:
@@ -273,60 +249,48 @@ class ScramServer:
         self._hash = hash_name_of(mechanism)
         self._lookup = lookup
         self._decoy_secret = decoy_secret
-        self._first: ClientFirst | None = None
-        self._server_first = ""
-        self._nonce = ""
-        self._credential: ScramCredential | None = None
+        self._exchange = ScramMechanism(mechanism).make_server(
+            self._credential_of, s_nonce=secrets.token_urlsafe(24))
+        self._started = False
+        self._named: str | None = None  # the user the client-first named
         self.username: str | None = None
         self.complete = False
 
     def step(self, token: bytes) -> bytes:
-        if self._first is None:
+        if not self._started:
+            self._started = True
             return self._on_client_first(token)
-        if not self.complete and self._server_first:
+        if not self.complete:
             return self._on_client_final(token)
         raise MalformedToken("the SCRAM exchange is already finished")
 
+    def _credential_of(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        """scramp's auth_fn: the stored credential, or the decoy of an unknown user."""
+        self._named = username
+        credential = self._lookup(username) or self._decoy(username)
+        return (credential.salt, credential.stored_key, credential.server_key,
+                credential.iterations)
+
     def _on_client_first(self, token: bytes) -> bytes:
-        first = parse_client_first(token)
-        if first.extensions.get(TOKEN_AUTH_EXTENSION, "").lower() == "true":
-            raise AuthenticationFailed("delegation token authentication is not supported")
-        if first.authzid and first.authzid != first.username:
-            raise AuthenticationFailed(
-                "the authorization id requested differs from the user name"
-            )
-        credential = self._lookup(first.username)
-        if credential is None:
-            credential = self._decoy(first.username)
-        self._first = first
-        self._credential = credential
-        self._nonce = first.nonce + secrets.token_urlsafe(24)
-        self._server_first = (
-            f"r={self._nonce},s={_b64(credential.salt)},i={credential.iterations}"
-        )
-        return self._server_first.encode()
+        text = _utf8(token, "client-first message")
+        _check_client_first(text)
+        try:
+            self._exchange.set_client_first(text)
+            return self._exchange.get_server_first().encode()
+        except ScramException as exc:
+            raise _refusal(exc, "client-first") from None
 
     def _on_client_final(self, token: bytes) -> bytes:
-        first, credential = self._first, self._credential
-        assert first is not None and credential is not None
-        final = parse_client_final(token)
-        if final.nonce != self._nonce:
-            raise AuthenticationFailed("the client-final nonce does not match the exchange")
-        if final.channel_binding != first.gs2_header.encode():
-            raise AuthenticationFailed("the channel-binding data does not echo the GS2 header")
-        auth_message = f"{first.bare},{self._server_first},{final.without_proof}".encode()
-        signature = _hmac(self._hash, credential.stored_key, auth_message)
-        if len(final.proof) != len(signature):
-            raise AuthenticationFailed(INVALID_CREDENTIALS)
-        client_key = _xor(final.proof, signature)
-        if not hmac.compare_digest(
-            hashlib.new(self._hash, client_key).digest(), credential.stored_key
-        ):
-            raise AuthenticationFailed(INVALID_CREDENTIALS)
-        self.username = first.username
+        text = _utf8(token, "client-final message")
+        _check_client_final(text)
+        try:
+            self._exchange.set_client_final(text)
+            server_final = self._exchange.get_server_final()
+        except ScramException as exc:
+            raise _refusal(exc, "client-final") from None
+        self.username = self._named
         self.complete = True
-        server_signature = _hmac(self._hash, credential.server_key, auth_message)
-        return f"v={_b64(server_signature)}".encode()
+        return server_final.encode()
 
     def _decoy(self, username: str) -> ScramCredential:
         size = hashlib.new(self._hash).digest_size
@@ -338,43 +302,58 @@ class ScramServer:
 # -- the client side -----------------------------------------------------------------------------
 
 
+def encode_saslname(name: str) -> str:
+    return name.replace("=", "=3D").replace(",", "=2C")
+
+
+def _unchanged_by_saslprep(what: str, text: str) -> None:
+    """scramp applies SASLprep to the user name and the password, Kafka does not: where that
+    changes them, the proof could not match the broker's credential; say so instead."""
+    try:
+        same = saslprep(text) == text
+    except ScramException as exc:
+        raise AuthenticationFailed(f"the SCRAM {what} is refused by SASLprep ({exc.args[0]}), "
+                                   "which this client applies") from None
+    if not same:
+        raise AuthenticationFailed(
+            f"the SCRAM {what} changes under SASLprep (which this client applies and Kafka "
+            "does not), so the broker would refuse the proof: use one in normalised form")
+
+
 class ScramClient:
     """The client half: ``first()``, then ``final(server_first)``, then ``verify(server_final)``."""
 
     def __init__(
         self, mechanism: str, username: str, password: str, *, nonce: str | None = None
     ) -> None:
+        hash_name_of(mechanism)  # ValueError for an unknown mechanism
+        _unchanged_by_saslprep("user name", username)
+        _unchanged_by_saslprep("password", password)
         self.mechanism = mechanism
-        self._hash = hash_name_of(mechanism)
         self.username = username
-        self.password = password
-        self.nonce = secrets.token_urlsafe(18) if nonce is None else nonce
-        self._bare = f"n={encode_saslname(username)},r={self.nonce}"
-        self._server_signature = b""
+        self._exchange = _ScrampClient([mechanism], username, password, c_nonce=nonce)
 
     def first(self) -> bytes:
-        return ("n,," + self._bare).encode()
+        return self._exchange.get_client_first().encode()
 
     def final(self, server_first: bytes) -> bytes:
-        attrs = dict(_attributes(_utf8(server_first, "server-first message"), "server-first"))
-        if "e" in attrs:
-            raise AuthenticationFailed(f"server refused: {attrs['e']}")
-        nonce, salt, iterations = attrs["r"], base64.b64decode(attrs["s"]), int(attrs["i"])
-        if not nonce.startswith(self.nonce):
-            raise AuthenticationFailed("the server's nonce does not extend ours")
-        salted = salted_password(self.mechanism, self.password, salt, iterations)
-        without_proof = f"c={_b64(b'n,,')},r={nonce}"
-        auth_message = f"{self._bare},{_utf8(server_first, 'server-first')},{without_proof}"
-        client_key = _hmac(self._hash, salted, b"Client Key")
-        stored_key = hashlib.new(self._hash, client_key).digest()
-        proof = _xor(client_key, _hmac(self._hash, stored_key, auth_message.encode()))
-        server_key = _hmac(self._hash, salted, b"Server Key")
-        self._server_signature = _hmac(self._hash, server_key, auth_message.encode())
-        return f"{without_proof},p={_b64(proof)}".encode()
+        text = _utf8(server_first, "server-first message")
+        try:
+            self._exchange.set_server_first(text)
+            return self._exchange.get_client_final().encode()
+        except ScramException as exc:
+            if exc.server_error is not None and text.startswith("e="):
+                raise AuthenticationFailed(f"server refused: {exc.server_error.value}") from None
+            if "nonce" in str(exc).lower():
+                raise AuthenticationFailed("the server's nonce does not extend ours") from None
+            raise AuthenticationFailed(f"unusable server-first message: {exc}") from None
 
     def verify(self, server_final: bytes) -> None:
-        attrs = dict(_attributes(_utf8(server_final, "server-final message"), "server-final"))
-        if "e" in attrs:
-            raise AuthenticationFailed(f"server refused: {attrs['e']}")
-        if base64.b64decode(attrs.get("v", "")) != self._server_signature:
-            raise AuthenticationFailed("the server's signature is wrong: it does not know us")
+        text = _utf8(server_final, "server-final message")
+        try:
+            self._exchange.set_server_final(text)
+        except ScramException as exc:
+            if exc.server_error is not None and text.startswith("e="):
+                raise AuthenticationFailed(f"server refused: {exc.server_error.value}") from None
+            raise AuthenticationFailed(
+                f"the server's signature is wrong: it does not know us ({exc})") from None

@@ -26,7 +26,7 @@ from ..mirror.fetcher import unsupported as _unsupported
 from ..mirror.topics import MirrorError
 
 if TYPE_CHECKING:
-    from .source import OffsetRange
+    from .offset_range import OffsetRange
 
 #: Rows per Arrow batch handed to Spark (larger batches: fewer calls per row in Spark).
 BATCH_ROWS = 32_768

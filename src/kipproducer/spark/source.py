@@ -19,14 +19,14 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 # pyspark is there: the package refuses to import without it (__init__.py)
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from .driver_client import DriverClient, driver_client
+from .offset_range import OffsetRange
 from .options import (
     OptionError,
     kafka_properties,
@@ -48,16 +48,6 @@ BATCH_ROWS = 8192
 def schema(options: Mapping[str, str]) -> str:
     opts = lower_keys(options)
     return SCHEMA + (", " + HEADERS if parse_bool(opts, "includeHeaders", False) else "")
-
-
-@dataclass(frozen=True)
-class OffsetRange(InputPartition):  # type: ignore[misc]
-    """One task's share: records of ``topic[partition]`` with offsets in [start, end)."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
 
 
 def check_reachable(bootstrap: str, timeout_s: float = 10.0) -> None:

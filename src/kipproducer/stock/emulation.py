@@ -63,6 +63,19 @@ BulkSend = Callable[[str, int, list, Any, Any, Any, Callable], None]
 BulkSettle = Callable[[Callable[[], bool], float], bool]
 
 
+@dataclass(frozen=True)
+class EngineTransactions:
+    """What the gap transactions need of the project's Producer, handed in by it (the emulation
+    does not import the Producer that uses it): the engine's transactions can add a partition
+    without a record."""
+
+    #: new_producer(config): a Producer of the project's engine with that configuration
+    new_producer: Callable[[dict[str, Any]], Producer]
+    #: register_partition(producer, topic, partition, timeout_s): adds the partition to the
+    #: producer's open transaction without a record
+    register_partition: Callable[[Producer, str, int, float], None]
+
+
 @dataclass(slots=True)
 class _Sent:
     """A run sent through the bulk lane and not yet checked."""
@@ -122,9 +135,11 @@ def connection_of(conf: Mapping[str, Any]) -> dict[str, Any]:
 
 class Emulation:
     def __init__(self, conf: Mapping[str, Any], *, transactional_id: str, probe_topic: str,
-                 timeout_s: float = 60.0, bulk_send: BulkSend | None = None,
+                 engine_transactions: EngineTransactions, timeout_s: float = 60.0,
+                 bulk_send: BulkSend | None = None,
                  bulk_settle: BulkSettle | None = None) -> None:
         self._connection = with_logger(connection_of(conf))
+        self._engine_txns = engine_transactions
         self._probe_topic = probe_topic
         self._timeout = timeout_s
         self._configured_id = transactional_id or None
@@ -339,14 +354,12 @@ class Emulation:
         return self._txn
 
     def _new_txn_producer(self) -> Producer:
-        from ..producer import Producer as EngineProducer
-
         txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
         # linger.ms=0: every write is flushed at once anyway, and a linger shows in each
         # transaction's begin-to-EndTxn time
-        producer = EngineProducer({**self._connection, "transactional.id": txn_id,
-                                   "linger.ms": 0,
-                                   "transaction.timeout.ms": int(self._timeout * 1000)})
+        producer = self._engine_txns.new_producer({
+            **self._connection, "transactional.id": txn_id, "linger.ms": 0,
+            "transaction.timeout.ms": int(self._timeout * 1000)})
         producer.init_transactions(self._timeout)
         return producer
 
@@ -613,8 +626,6 @@ class Emulation:
         gaps of one added without a record, the fillers of the others; EndTxn abort; then
         every partition's marker awaited. Per partition: None when its gap is filled as
         planned, else the error."""
-        from ..producer import register_partition
-
         self.gap_transactions += 1
         ends = dict.fromkeys(gaps, -1)
         wrong: dict[tuple[str, int], Any] = dict.fromkeys(gaps)
@@ -623,7 +634,8 @@ class Emulation:
             producer.begin_transaction()
             for (topic, partition), action in gaps.items():
                 if action.step == Step.MARKER:
-                    register_partition(producer, topic, partition, self._timeout)
+                    self._engine_txns.register_partition(producer, topic, partition,
+                                                         self._timeout)
             fills = {key: action for key, action in gaps.items() if action.step == Step.FILL}
             wrong.update(self._write_fillers(producer, fills))
             producer.abort_transaction(self._timeout)

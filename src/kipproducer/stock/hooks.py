@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from ..errors import OffsetOrderError
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
-from .emulation import Emulation
+from .emulation import Emulation, EngineTransactions
 from .probe import EmulationUnsupported
 from .rows import Rows, Sink
 
@@ -21,17 +21,18 @@ log = logging.getLogger("kipproducer.stock")
 MAX_WAIT_S = 60.0
 
 
-def new_emulation(conf: Mapping[str, Any], bulk_send: Callable,
-                  bulk_settle: Callable) -> Emulation:
+def new_emulation(conf: Mapping[str, Any], bulk_send: Callable, bulk_settle: Callable,
+                  engine_transactions: EngineTransactions) -> Emulation:
     """The emulation of a Producer with configuration ``conf``; ``bulk_send`` writes a run at
     the log end into the Producer's engine lane without waiting and ``bulk_settle`` serves
-    that lane's reports until a condition holds (see Producer._emulated_bulk_send)."""
+    that lane's reports until a condition holds (see Producer._emulated_bulk_send);
+    ``engine_transactions``: what the gap transactions need of the Producer's engine."""
     timeout = int(conf.get("message.timeout.ms", conf.get("delivery.timeout.ms", 300_000)))
     return Emulation(
         conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
         probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
-        timeout_s=min(MAX_WAIT_S, timeout / 1000), bulk_send=bulk_send,
-        bulk_settle=bulk_settle)
+        engine_transactions=engine_transactions, timeout_s=min(MAX_WAIT_S, timeout / 1000),
+        bulk_send=bulk_send, bulk_settle=bulk_settle)
 
 
 #: resolve_mode()'s answer when the topic's leaders cannot be asked now (no metadata: a

@@ -23,8 +23,14 @@ from ...protocol.api_keys import (
     INCREMENTAL_ALTER_CONFIGS,
 )
 from ..api import RequestContext, handles
-from ..broker_config_defs import BrokerEntry, describe_broker, describe_default, list_default
-from ..dynamic_config import DynamicConfigError, is_dynamic, known_static_names, validate
+from ..broker_config_defs import (
+    BrokerEntry,
+    describe_broker,
+    describe_default,
+    known_names,
+    list_default,
+)
+from ..dynamic_config import DynamicConfigError, is_dynamic, validate
 from ..security.checks import (
     may_alter_configs,
     may_alter_topic,
@@ -419,7 +425,7 @@ def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bo
                 else:
                     raise DynamicConfigError(f"unknown operation {c.config_operation}")
             new = {k: v for k, v in new.items() if v is not None}
-        validate(updates, per_broker)
+        validate(updates, per_broker, known_names())
         levels = (new, broker.dynamic.default) if per_broker else (
             broker.dynamic.per_broker, new)
         broker.apply_dynamic(*levels, validate_only=validate_only)
@@ -438,7 +444,7 @@ def _broker_list_default(name: str, operation: int) -> str:
     to send, where Kafka 4.0 answers UNKNOWN_SERVER_ERROR without a message)."""
     default = list_default(name)
     if default is None:
-        if name not in known_static_names() and not is_dynamic(name):
+        if name not in known_names() and not is_dynamic(name):
             raise _Refused(INVALID_CONFIG, f"Unknown config name: {name}")
         verb = "append" if operation == OP_APPEND else "subtract"
         raise _Refused(INVALID_CONFIG,
