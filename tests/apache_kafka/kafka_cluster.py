@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka_jars import classpath as kafka_classpath
 from kafka_jars import java
@@ -168,6 +168,7 @@ class KafkaCluster:
         self._tool_log4j = self.root / "log4j2-tool.properties"
         self._tool_log4j.write_text(TOOL_LOG4J2)
         self._admin: AdminClient | None = None
+        self._settle = ""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -373,6 +374,24 @@ class KafkaCluster:
                 return
             time.sleep(0.3)
         raise TimeoutError(f"partitions not in sync after {timeout} s: {lagging[:10]}")
+
+    def settle(self) -> None:
+        """Before a timed run: every node up, every partition in sync, and a new idempotent
+        producer served at once. A node just restarted can answer a producer id request with
+        COORDINATOR_LOAD_IN_PROGRESS for a while, which would be charged to whichever client
+        runs next."""
+        self.wait_in_sync()
+        warm = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                         "acks": "all", **QUIET})
+        for _ in range(3):
+            warm.produce(self._settle_topic(), b"settle")
+        left = warm.flush(60)
+        assert left == 0, "the cluster did not take an idempotent produce in 60 s"
+
+    def _settle_topic(self) -> str:
+        if not self._settle:
+            self._settle = self.unique_topic("settle", self.size)
+        return self._settle
 
     def log_tail(self, node_id: int, lines: int = 30) -> str:
         node = self.nodes[node_id]

@@ -26,7 +26,12 @@ from kafka_support import read_both_topics, sequences
 from scenario_support import N, PARTITIONS, Outcome, assert_within, run_load
 
 KIP_CLIENTS = ("arrays", "batch", "produce")
-PACE_S = 4.0
+# The load's pacing per scenario: long enough for the event to happen inside it (Kafka's
+# tools start a JVM each: a leader move takes a few seconds, a node's restart more), and for
+# a node killed -9 short enough that the load's time is the failover's (Kafka fences the dead
+# node after broker.session.timeout.ms, 3 s here; the kill comes 0.7 s into a 2 s load).
+PACE_S = {"steady": 3.0, "leaders_moved_twice": 12.0, "rolling_restart": 30.0,
+          "leader_killed_back": 2.0, "leader_killed_never_back": 2.0, "reassigned": 8.0}
 
 
 class Event:
@@ -36,13 +41,16 @@ class Event:
         self.steps = steps
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        self.took = 0.0
 
     def fire(self) -> None:
         def run() -> None:
+            started = time.monotonic()
             try:
                 self.steps()
             except BaseException as exc:  # reported by join()
                 self.error = exc
+            self.took = time.monotonic() - started
         self.thread = threading.Thread(target=run, name="kafka-event", daemon=True)
         self.thread.start()
 
@@ -114,14 +122,15 @@ def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
                                  config=config)
     steps = _scenario(cluster, topic, kind)
     event = Event(steps) if steps is not None else None
-    load_client = "confluent" if client == "confluent" else client
+    cluster.settle()
     try:
-        outcome = run_load("kip-produce" if load_client == "produce" else load_client,
-                           cluster.bootstrap, topic, pace_s=PACE_S,
+        outcome = run_load("kip-produce" if client == "produce" else client,
+                           cluster.bootstrap, topic, pace_s=PACE_S[kind],
                            event=event.fire if event else None, flush_timeout=120.0)
     finally:
         if event is not None:
             event.join()
+            print(f"{kind}: {client}'s event took {event.took:.1f} s")
     # a node left down is back before the topic is read (Java's consumer reads from leaders)
     for node_id, node in cluster.nodes.items():
         if not node.alive:
