@@ -45,9 +45,21 @@ from confluent_kafka import KafkaException as _KafkaException  # noqa: E402
 #: The wire codes of docs/protocol.md §5 (no Kafka release uses them).
 INVALID_PRODUCE_OFFSET = 10391
 OFFSET_MISMATCH = 10027
+#: Per-key conditional produce (docs/protocol.md §10).
+KEY_OFFSET_MISMATCH = 10044
+KEY_INDEX_INCOMPLETE = 10045
+PARTITION_COUNT_MISMATCH = 10046
+
+KEY_ABSENT = -1
+"""``expected_key_offset=KEY_ABSENT``: the key must have no live record in its partition (never
+written, or last written as a tombstone); also the ``actual`` of a KeyOffsetMismatchError
+for such a key."""
 
 _KIP_ERROR_NAMES = {INVALID_PRODUCE_OFFSET: "INVALID_PRODUCE_OFFSET",
-                    OFFSET_MISMATCH: "OFFSET_MISMATCH"}
+                    OFFSET_MISMATCH: "OFFSET_MISMATCH",
+                    KEY_OFFSET_MISMATCH: "KEY_OFFSET_MISMATCH",
+                    KEY_INDEX_INCOMPLETE: "KEY_INDEX_INCOMPLETE",
+                    PARTITION_COUNT_MISMATCH: "PARTITION_COUNT_MISMATCH"}
 
 
 class ProduceOffsetKafkaError(_KafkaError):
