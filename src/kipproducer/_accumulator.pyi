@@ -34,6 +34,8 @@ class ProducerBatch:
     max_timestamp: int
     opaque_runs: list[tuple[int, Any]] | None
     extra_attributes: int
+    key_conditions: list[tuple[int, int, bytes]] | None
+    key_partition_count: int
     @property
     def opaques(self) -> list[Any] | None: ...
     finished: bool
@@ -109,6 +111,8 @@ class RecordAccumulator:
         offset: int | None = None,
         opaque: Any = None,
         expected_offset: int | None = None,
+        expected_key_offset: int | None = None,
+        partition_count: int = -1,
     ) -> None: ...
     def append_arrays(
         self,

@@ -107,6 +107,52 @@ class OffsetMismatchError(ProduceOffsetException):
     ``log_end_offset``. Nothing in that request was written."""
 
 
+class KeyConditionKafkaError(ProduceOffsetKafkaError):
+    """The delivery error of one record sent with ``expected_key_offset=`` (docs/protocol.md
+    §10) that was not appended: ``topic``, ``partition``, ``key``, ``expected`` and ``actual``
+    besides ``code()``.
+
+    ``code()`` is KEY_OFFSET_MISMATCH (10044) when the key's last offset was not the one
+    expected (``actual``: that offset, or ``KEY_ABSENT``); CONCURRENT_TRANSACTIONS (51) when
+    another producer's open transaction had written the key (retried until
+    delivery.timeout.ms); KEY_INDEX_INCOMPLETE (10045) when the broker's bounded index could
+    not answer; OPERATION_NOT_ATTEMPTED (55) for a record of the same batch whose own
+    condition (or none) was fine but which was not appended because another one failed
+    (``actual`` is then -1 and ``expected`` its own condition or None).
+    """
+
+    def __init__(self, code: int, message: str, *, topic: str, partition: int,
+                 key: bytes | None, expected: int | None, actual: int,
+                 retriable: bool = False) -> None:
+        super().__init__(code, message, retriable=retriable)
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+    def __repr__(self) -> str:
+        return (f"KeyConditionKafkaError(code={self.name()}, val={self.code()}, "
+                f"str={self.str()!r}, topic={self.topic!r}, partition={self.partition}, "
+                f"key={self.key!r}, expected={self.expected}, actual={self.actual})")
+
+    __str__ = __repr__
+
+
+class KeyOffsetMismatchError(ProduceOffsetException):
+    """docs/protocol.md §10: a key's last offset in its partition was not the one expected;
+    nothing of the record's batch was written. ``topic``, ``partition``, ``key``,
+    ``expected`` and ``actual`` (the key's last offset, or ``KEY_ABSENT``) say which."""
+
+    def __init__(self, error: _KafkaError) -> None:
+        super().__init__(error)
+        self.topic: str | None = getattr(error, "topic", None)
+        self.partition: int = getattr(error, "partition", -1)
+        self.key: bytes | None = getattr(error, "key", None)
+        self.expected: int | None = getattr(error, "expected", None)
+        self.actual: int = getattr(error, "actual", KEY_ABSENT)
+
+
 def raise_for(error: _KafkaError) -> None:
     """Raise the most specific exception for a produce error."""
     code = error.code()
@@ -114,4 +160,6 @@ def raise_for(error: _KafkaError) -> None:
         raise InvalidProduceOffsetError(error)
     if code == OFFSET_MISMATCH:
         raise OffsetMismatchError(error)
+    if code == KEY_OFFSET_MISMATCH:
+        raise KeyOffsetMismatchError(error)
     raise ProduceOffsetException(error)

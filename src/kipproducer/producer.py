@@ -87,7 +87,8 @@ if MESSAGE_FILL_OFF is not None:
 RDKAFKA, ENGINE = "librdkafka", "engine"
 # confluent-kafka's produce() arguments after (topic, value, key), in positional order.
 _PRODUCE_POSITIONAL = ("partition", "on_delivery", "callback", "timestamp", "headers")
-_PRODUCE_KEYWORDS = frozenset((*_PRODUCE_POSITIONAL, "offset", "expected_offset"))
+_PRODUCE_KEYWORDS = frozenset((*_PRODUCE_POSITIONAL, "offset", "expected_offset",
+                               "expected_key_offset"))
 _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
 # Records appended under one hold of the engine's lock (see produce_arrays).
 APPEND_SLICE = 8192
@@ -246,16 +247,9 @@ class Producer(confluent_kafka.Producer):
             return partition
         if not isinstance(partition, int):
             return partition
-        try:
-            # No partition count without metadata: wait for it, but no longer than a record
-            # may wait for its delivery (fresh metadata answers at once, in this thread).
-            total = engine.partition_count(
-                topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
-        except LookupError as exc:
-            code = exc.args[0]
-            detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
-            raise KafkaException(KafkaError(code, f"topic {topic!r}: "
-                                            f"{KafkaError(code).name()}{detail}")) from None
+        # No partition count without metadata: wait for it, but no longer than a record may
+        # wait for its delivery (fresh metadata answers at once, in this thread).
+        total = self._partition_count(topic)
         if total == 1:
             return 0  # every partitioner picks the only partition: skip hashing the keys
         return choose_partitions(keys, count, total, engine.config.partitioner)
@@ -450,7 +444,8 @@ class Producer(confluent_kafka.Producer):
         """produce(), every case: the C produce() (Producer.produce, set in the class body)
         appends the common offset= / expected_offset= call itself and hands the rest here."""
         state = self._kip_state  # (its fields read directly: a property costs a call each)
-        if "offset" in kwargs or "expected_offset" in kwargs or state.txn is not None:
+        if ("offset" in kwargs or "expected_offset" in kwargs or "expected_key_offset" in kwargs
+                or state.txn is not None):
             return self._produce_kip(topic, value, key, args, kwargs)
         if state.engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
@@ -494,10 +489,13 @@ class Producer(confluent_kafka.Producer):
         get = kwargs.get
         state = self._kip_state  # (its fields read directly: a property costs a call each)
         offset, expected = get("offset"), get("expected_offset")
+        expected_key = get("expected_key_offset")
         partition = get("partition", -1)
         if partition is None:
             partition = -1
-        if offset is not None or expected is not None:
+        if expected_key is not None:
+            self._check_key_condition(offset, expected, key)
+        elif offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
             if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
                 return _stock.produce_one(self._emulation_or_start(), topic, partition, key,
@@ -510,16 +508,18 @@ class Producer(confluent_kafka.Producer):
         engine = state.engine
         if engine is None or engine.dead:
             engine = self._engine_or_start()
-        if partition < 0:
+        total = -1
+        if partition < 0 or expected_key is not None:
             # One record: the partition count as the engine knows it now when that is fresh
-            # (asking the sender thread costs a round trip per record), else fetched.
+            # (asking the sender thread costs a round trip per record), else fetched. A key
+            # condition carries the count (docs/protocol.md §10).
             total = engine.known_partition_count(topic)
             if total is None:
-                partition = self._partitions_for(topic, [key], 1, partition)
-            else:
+                total = self._partition_count(topic)
+            if partition < 0:
                 partition = _one_partition(key, total, engine.config.partitioner)
-            if not isinstance(partition, int):
-                partition = int(partition[0])
+                if not isinstance(partition, int):
+                    partition = int(partition[0])
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if size > engine.config.message_max_bytes:
             raise KafkaException(KafkaError(
@@ -536,10 +536,44 @@ class Producer(confluent_kafka.Producer):
             self._enter_lane(topic, ENGINE, 0)
             lane = state.lanes[topic]
         with engine.lock:
-            engine.acc.append(topic, partition, key, value, get("headers"),
-                              get("timestamp") or None, offset, target, expected)
+            if expected_key is None:
+                engine.acc.append(topic, partition, key, value, get("headers"),
+                                  get("timestamp") or None, offset, target, expected)
+            else:
+                engine.acc.append(topic, partition, key, value, get("headers"),
+                                  get("timestamp") or None, None, target, None, expected_key,
+                                  total)
         lane[1] += 1
         engine.appended(1)
+
+    def _check_key_condition(self, offset, expected, key) -> None:
+        """Refuse at the call what a per-key condition cannot do (docs/protocol.md §10)."""
+        if offset is not None or expected is not None:
+            raise ValueError("expected_key_offset= goes with neither offset= nor "
+                             "expected_offset=")
+        if key is None:
+            raise ValueError("expected_key_offset= needs a key: a record without one has no "
+                             "last offset to compare")
+        if self._acks_zero():
+            raise ValueError("expected_key_offset= cannot be used with acks=0: the broker's "
+                             "refusal would never be seen")
+        if self._transactional:
+            raise KafkaException(KafkaError(
+                KafkaError._NOT_IMPLEMENTED,
+                "expected_key_offset= with transactional.id: with this configuration "
+                "transactions are librdkafka's, and kipproducer's engine takes no part in "
+                "them"))
+
+    def _partition_count(self, topic: str) -> int:
+        engine = self._engine_or_start()
+        try:
+            return engine.partition_count(
+                topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
+        except LookupError as exc:
+            code = exc.args[0]
+            detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
+            raise KafkaException(KafkaError(code, f"topic {topic!r}: "
+                                            f"{KafkaError(code).name()}{detail}")) from None
 
     def _check_kip_call(self, offset, expected, partition) -> None:
         """Refuse at the call what the KIP modes cannot do (docs/protocol.md §6, §8)."""
@@ -914,6 +948,8 @@ class Producer(confluent_kafka.Producer):
 
     def _deliver(self, report) -> int:
         batch = report.batch
+        if getattr(report.error, "per_record", None) is not None:
+            return self._deliver_per_record(report)
         runs = batch.opaque_runs or [(0, None)]
         bounds = [start for start, _ in runs[1:]] + [batch.record_count]
         decoded = None
@@ -951,6 +987,32 @@ class Producer(confluent_kafka.Producer):
                         batch.partition, report.error, callback, confluent_kafka.Message,
                         _TIMESTAMP_CREATE_TIME)
                 first_index = stop
+        return served
+
+    def _deliver_per_record(self, report) -> int:
+        """A refused batch whose records each have their own error (per-key conditions,
+        docs/protocol.md §10): one report per record, none of them written."""
+        batch = report.batch
+        errors = report.error.per_record
+        runs = batch.opaque_runs or [(0, None)]
+        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
+        decoded = None
+        served = 0
+        for (start, target), end in zip(runs, bounds, strict=True):
+            callback = target.callback if target is not None else self._default_on_delivery
+            if callback is None:
+                continue
+            for index in range(start, end):
+                if target is None or not target.per_record:
+                    callback(errors[index], BatchDelivery(batch.topic, batch.partition, -1, 1,
+                                                          errors[index]))
+                else:
+                    if decoded is None:
+                        decoded = next(decode_batches(batch.data, validate=False))
+                    decoded.deliver(index, index + 1, -1, batch.topic, batch.partition,
+                                    errors[index], callback, confluent_kafka.Message,
+                                    _TIMESTAMP_CREATE_TIME)
+                served += 1
         return served
 
     def poll(self, timeout: float | None = None) -> int:  # type: ignore[override]
