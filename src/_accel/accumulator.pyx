@@ -129,12 +129,13 @@ cdef enum:
     F_ON_DELIVERY = 6
     F_OFFSET = 7
     F_EXPECTED_OFFSET = 8
-    F_COUNT = 9
+    F_EXPECTED_KEY_OFFSET = 9
+    F_COUNT = 10
 
 # Interned, so a key written as a literal in the caller's code is the same object.
 FIELD_NAMES = tuple(sys.intern(name) for name in (
     "value", "key", "partition", "timestamp", "headers", "callback", "on_delivery", "offset",
-    "expected_offset"))
+    "expected_offset", "expected_key_offset"))
 cdef PyObject *field_names[F_COUNT]
 for _j, _name in enumerate(FIELD_NAMES):
     field_names[_j] = <PyObject *>_name    # FIELD_NAMES keeps them alive
@@ -763,6 +764,12 @@ cdef class RecordAccumulator:
     def headers_reused(self):
         """Records whose headers were copied from an earlier record's encoding (HeaderWire)."""
         return self._headers_seen.hits
+
+    def close_open(self, str topic not None, int32_t partition):
+        """Close the partition's open batch (to its ready queue), so that the next record
+        starts a batch: a call's conditional records of one partition then travel in one
+        batch of their own, appended whole or not at all (docs/protocol.md §10)."""
+        self._close(self._state(topic, partition))
 
     def set_next_sequence(self, str topic not None, int32_t partition, int32_t sequence):
         """Resume a partition's sequence (e.g. after restoring producer state)."""
@@ -2104,11 +2111,12 @@ cdef inline int check_payload(object value, str name, Py_ssize_t index) except -
     raise TypeError(f"Message {name} at index {index} must be bytes or str")
 
 
-def scan_messages(list messages, int32_t call_partition):
+def scan_messages(list messages, int32_t call_partition, list conditioned=None):
     """produce_batch's check before anything is queued, with confluent-kafka's errors: every
     message a dict, value and key bytes, str, a buffer or None, partition an int, headers a
     list, tuple or dict (TypeError / ValueError naming the index). Returns True when some
-    message has no partition of its own and the call gives none (the partitioner runs)."""
+    message has no partition of its own and the call gives none (the partitioner runs).
+    ``conditioned``: gets the index of each message with an ``expected_key_offset``."""
     cdef Py_ssize_t i
     cdef dict m
     cdef object part, value, key, headers
@@ -2137,6 +2145,8 @@ def scan_messages(list messages, int32_t call_partition):
             needs = needs or call_partition < 0
         if headers is not None and not isinstance(headers, (list, tuple, dict)):
             raise ValueError(f"Invalid headers at index {i}")
+        if f[F_EXPECTED_KEY_OFFSET] != NULL and conditioned is not None:
+            conditioned.append(i)
     return needs
 
 

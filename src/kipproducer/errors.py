@@ -55,6 +55,10 @@ KEY_ABSENT = -1
 written, or last written as a tombstone); also the ``actual`` of a KeyOffsetMismatchError
 for such a key."""
 
+NO_KEY_CONDITION = -2
+"""An entry of ``produce_arrays(expected_key_offsets=...)`` that puts no condition on its
+record (an int64 array cannot hold None)."""
+
 _KIP_ERROR_NAMES = {INVALID_PRODUCE_OFFSET: "INVALID_PRODUCE_OFFSET",
                     OFFSET_MISMATCH: "OFFSET_MISMATCH",
                     KEY_OFFSET_MISMATCH: "KEY_OFFSET_MISMATCH",

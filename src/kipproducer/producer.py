@@ -114,6 +114,62 @@ def _fail_message(message: dict, code_name: str, text: str) -> None:
     message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
 
 
+def _row_bytes(row: tuple) -> int:
+    """An upper bound of one conditional row's bytes in a batch (key, value, headers and the
+    record's own framing)."""
+    _, key, value, headers, _, _, _ = row
+    size = 32 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        pairs = headers.items() if isinstance(headers, dict) else headers
+        size += sum(10 + len(k) + (len(v) if v is not None else 0) for k, v in pairs)
+    return size
+
+
+def _check_fits_one_batch(topic: str, partition: int, group: list[tuple], batch_size: int,
+                          batch_num_messages: int, message_max_bytes: int) -> None:
+    """A call's conditional records of one partition travel as one batch (docs/protocol.md
+    §10): refuse a call they would not fit, and a key conditioned twice."""
+    seen: set[bytes] = set()
+    for _, key, _, _, _, expected, _ in group:
+        if expected is not None and expected >= -1:
+            key_bytes = key.encode() if isinstance(key, str) else bytes(key)
+            if key_bytes in seen:
+                raise ValueError(f"{topic}[{partition}]: key {key_bytes!r} is conditioned twice "
+                                 "in one call; a key's condition goes on one of its records")
+            seen.add(key_bytes)
+    size = 61 + sum(_row_bytes(row) for row in group)
+    limit = min(batch_size, message_max_bytes)
+    if len(group) > batch_num_messages or size > limit:
+        raise ValueError(
+            f"{topic}[{partition}]: the call's {len(group)} records with key conditions "
+            f"(about {size} bytes) must fit one batch (batch.size / message.max.bytes "
+            f"{limit}, batch.num.messages {batch_num_messages}) to be appended together: "
+            "split the call")
+
+
+def _rows_of_columns(values, keys, headers, timestamps, partition, expected_key_offsets,
+                     n: int) -> list[tuple]:
+    """produce_arrays' columns as conditional rows (see Producer._append_conditional)."""
+    value_list = as_list(values)
+    key_list = as_list(keys) if keys is not None else [None] * n
+    expected_list = as_list(expected_key_offsets) if hasattr(
+        expected_key_offsets, "to_pylist") else list(expected_key_offsets)
+    if len(expected_list) != n or len(key_list) != n:
+        raise ValueError(f"expected_key_offsets and keys need one entry per record ({n})")
+    if per_record_headers(headers, n):
+        header_list = list(headers)
+    else:
+        header_list = [headers] * n
+    stamps = [None] * n if timestamps is None else [int(t) for t in timestamps]
+    if isinstance(partition, int):
+        parts = [partition] * n
+    else:
+        parts = [int(p) for p in partition]
+    return [(parts[i], key_list[i], value_list[i], header_list[i], stamps[i],
+             None if expected_list[i] is None else int(expected_list[i]), None)
+            for i in range(n)]
+
+
 def _set_engine(producer: Producer, engine: Any) -> None:
     producer._kip_state.use_engine(engine, None if engine is None else engine.shared)
 
@@ -278,7 +334,12 @@ class Producer(confluent_kafka.Producer):
         engine = self._engine_or_start()
         call_partition = -1 if partition is None else partition
         chosen = None
-        if scan_messages(messages, call_partition):
+        conditioned: list[int] = []
+        needs_partitioner = scan_messages(messages, call_partition, conditioned)
+        if conditioned:
+            return self._produce_batch_conditional(topic, messages, call_partition,
+                                                   on_delivery or self._default_on_delivery)
+        if needs_partitioner:
             chosen = self._partitions_for(topic, message_keys(messages), len(messages), -1)
             if not isinstance(chosen, int):
                 chosen = chosen.astype("int32", copy=False)
@@ -304,7 +365,7 @@ class Producer(confluent_kafka.Producer):
     def produce_arrays(self, topic: str, values, keys=None, headers=None, timestamps=None,
                        partition: Any = -1, on_delivery: Callable | None = None, *,
                        per_record: bool | None = None, offsets=None,
-                       expected_offset: int | None = None) -> int:
+                       expected_offset: int | None = None, expected_key_offsets=None) -> int:
         """Append columns of records in one call; returns how many were enqueued (all).
 
         Blocks (serving delivery reports) while the queue bounds are reached. ``on_delivery``
@@ -316,8 +377,23 @@ class Producer(confluent_kafka.Producer):
         ``expected_offset`` (KIP-27): the first record must land at this offset, the others
         follow it; a batch is appended only if the log ends where it expects. Both need an
         explicit ``partition``.
+        ``expected_key_offsets`` (docs/per-key-conditional.md): one entry per record, the
+        offset its key's last record must have, ``KEY_ABSENT`` (-1) for "no live record",
+        or None / ``NO_KEY_CONDITION`` (-2) for no condition; a call's conditional records
+        of one partition are appended together or not at all.
         """
         from ._accumulator import largest_record
+
+        if expected_key_offsets is not None:
+            if offsets is not None or expected_offset is not None:
+                raise ValueError("expected_key_offsets= goes with neither offsets= nor "
+                                 "expected_offset=")
+            n = len(as_list(values))
+            rows = _rows_of_columns(values, keys, headers, timestamps, partition,
+                                    expected_key_offsets, n)
+            per = self._per_record_reports if per_record is None else per_record
+            return self._append_conditional(
+                topic, rows, ReportTarget(on_delivery or self._default_on_delivery, per))
 
         self._check_kip_call(offsets, expected_offset, partition)
         if (offsets is not None or expected_offset is not None) and self._kip_mode != "native" \
@@ -376,6 +452,82 @@ class Producer(confluent_kafka.Producer):
                 finally:
                     engine.end_flush()
         return n
+
+    def _produce_batch_conditional(self, topic: str, messages: list[dict],
+                                   call_partition: int, on_delivery) -> int:
+        """produce_batch with some ``expected_key_offset`` fields (docs/protocol.md §10)."""
+        default_target = ReportTarget(on_delivery, True)
+        targets: dict[Any, ReportTarget] = {}
+        rows = []
+        for i, m in enumerate(messages):
+            if "offset" in m or "expected_offset" in m:
+                raise ValueError(f"message {i}: expected_key_offset goes with neither offset "
+                                 "nor expected_offset, in one produce_batch call")
+            part = m.get("partition")
+            callback = m.get("callback") or m.get("on_delivery")
+            target = default_target
+            if callback is not None:
+                target = targets.get(id(callback)) or targets.setdefault(
+                    id(callback), ReportTarget(callback, True))
+            rows.append((call_partition if part is None or part < 0 else part, m.get("key"),
+                         m.get("value"), m.get("headers"), m.get("timestamp"),
+                         m.get("expected_key_offset"), target))
+        return self._append_conditional(topic, rows, default_target)
+
+    def _append_conditional(self, topic: str, rows: list[tuple], target: ReportTarget) -> int:
+        """Records some of which carry a key condition (rows: partition or -1, key, value,
+        headers, timestamp, expected key offset or None, report target or None). Each
+        partition's records of the call go in one batch of their own, so they are appended
+        together or not at all; a call whose records of one partition cannot fit one batch,
+        or that conditions one key twice in a partition, is refused before anything is
+        queued."""
+        for _, key, _, _, _, expected, _ in rows:
+            if expected is not None:
+                self._check_key_condition(None, None, key)
+        if self._txn is not None:
+            self._txn.check_produce()
+        engine = self._engine_or_start()
+        total = self._partition_count(topic)
+        partitioner = engine.config.partitioner
+        groups: dict[int, list[tuple]] = {}
+        for row in rows:
+            part = row[0]
+            if part < 0:
+                part = _one_partition(row[1], total, partitioner)
+                part = part if isinstance(part, int) else int(part[0])
+            elif part >= total:
+                raise KafkaException(KafkaError(
+                    KafkaError._UNKNOWN_PARTITION, f"topic {topic!r} has {total} partitions; "
+                    f"partition {part} does not exist"))
+            groups.setdefault(part, []).append(row)
+        acc = engine.acc
+        for part, group in groups.items():
+            _check_fits_one_batch(topic, part, group, acc.batch_size, acc.batch_num_messages,
+                                  engine.config.message_max_bytes)
+        self._enter_lane(topic, ENGINE, 0)
+        need = sum(_row_bytes(row) for row in rows)
+        deadline = time.monotonic() + engine.config.delivery_timeout_ms / 1000
+        while (acc.buffered_messages + len(rows) > acc.max_messages
+               or acc.buffered_bytes + need > acc.max_bytes):
+            if time.monotonic() > deadline:  # nothing queued: the call may be made again
+                raise BufferError("queue stayed full; none of the call's records enqueued")
+            engine.begin_flush()
+            try:
+                self._serve_engine(0.01)
+            finally:
+                engine.end_flush()
+        with engine.lock:
+            for part, group in groups.items():
+                acc.close_open(topic, part)
+                for _, key, value, headers, timestamp, expected, row_target in group:
+                    if expected is not None and expected < -1:
+                        expected = None  # NO_KEY_CONDITION
+                    acc.append(topic, part, key, value, headers, timestamp or None, None,
+                               row_target or target, None, expected, total)
+                acc.close_open(topic, part)
+        self._lanes[topic][1] += len(rows)
+        engine.appended(len(rows))
+        return len(rows)
 
     def _forward_fetched(self, topic: str, partition: int, records, *, framed: bool,
                          count: int, base_offset: int, base_timestamp: int, max_timestamp: int,
