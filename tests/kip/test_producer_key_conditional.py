@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from kip_support import create_topic, kip_producer, read_confluent, unique
 
 from kipproducer.broker.embedded import EmbeddedBroker
@@ -201,3 +201,32 @@ def test_retry_after_lost_response(proxied_broker, idempotent):
     assert proxy.dropped.is_set(), "the proxy never cut the response"
     log = [(r.offset, r.key) for r in read_confluent(b.bootstrap_servers, topic, 1, expected=2)]
     assert log == [(0, b"head"), (1, b"k")]
+
+
+def test_a_failed_condition_fails_its_transaction(broker):
+    """In a transaction of the Producer's engine, a failed condition fails the transaction:
+    commit raises, the caller aborts, nothing of it is visible to read_committed."""
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, unique("key-txn"))
+    reports = Reports()
+    with kip_producer(bootstrap, transactional_id=unique("txn")) as p:
+        p.init_transactions(15)
+        p.begin_transaction()
+        p.produce(topic, b"1", b"a", partition=0, expected_key_offset=KEY_ABSENT,
+                  on_delivery=reports)
+        p.commit_transaction(15)
+        p.begin_transaction()
+        p.produce(topic, b"2", b"b", partition=0, on_delivery=reports)
+        p.produce(topic, b"2", b"a", partition=0, expected_key_offset=KEY_ABSENT,
+                  on_delivery=reports)
+        with pytest.raises(KafkaException):
+            p.commit_transaction(15)
+        p.abort_transaction(15)
+        p.begin_transaction()
+        p.produce(topic, b"3", b"a", partition=0, expected_key_offset=0, on_delivery=reports)
+        p.commit_transaction(15)
+    codes = [None if err is None else err.code() for err, _, _, _ in reports.items]
+    assert codes == [None, ec.OPERATION_NOT_ATTEMPTED, KEY_OFFSET_MISMATCH, None]
+    log = [(r.key, r.value) for r in read_confluent(
+        bootstrap, topic, 1, expected=2, config={"isolation.level": "read_committed"})]
+    assert log == [(b"a", b"1"), (b"a", b"3")]
