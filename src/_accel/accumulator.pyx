@@ -1071,16 +1071,8 @@ cdef class RecordAccumulator:
             self._append_one(topic, partition, key, value, headers, timestamp, offset, opaque,
                              expected_offset)
             return
-        if offset is not None or expected_offset is not None:
-            raise ValueError("expected_key_offset= goes with neither offset= nor "
-                             "expected_offset=")
-        if key is None:
-            raise ValueError("expected_key_offset= needs a key: a record without one has no "
-                             "last offset to compare")
-        if expected_key_offset < -1:
-            raise ValueError(f"expected_key_offset must be -1 (KEY_ABSENT) or an offset, not "
-                             f"{expected_key_offset}")
-        key_bytes = bytes(key)
+        check_key_condition(key, offset, expected_offset, expected_key_offset)
+        key_bytes = key.encode() if isinstance(key, str) else bytes(key)
         st = self._state(topic, partition)
         if st.count and (st.mode != MODE_ASSIGN or (
                 st.key_conditions is not None and (
@@ -2148,6 +2140,19 @@ def scan_messages(list messages, int32_t call_partition, list conditioned=None):
         if f[F_EXPECTED_KEY_OFFSET] != NULL and conditioned is not None:
             conditioned.append(i)
     return needs
+
+
+def check_key_condition(key, offset, expected_offset, expected_key_offset):
+    """Refuse what a per-key condition cannot go with (docs/protocol.md §10): ValueError."""
+    if offset is not None or expected_offset is not None:
+        raise ValueError("expected_key_offset= goes with neither offset= nor "
+                         "expected_offset=")
+    if key is None:
+        raise ValueError("expected_key_offset= needs a key: a record without one has no "
+                         "last offset to compare")
+    if expected_key_offset < -1:
+        raise ValueError(f"expected_key_offset must be -1 (KEY_ABSENT) or an offset, not "
+                         f"{expected_key_offset}")
 
 
 def has_kip_keys(list messages):

@@ -43,12 +43,19 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from . import _accumulator, client_config
-from ._accumulator import BatchDelivery, ReportTarget, has_kip_keys, report_runs
+from ._accumulator import (
+    BatchDelivery,
+    ReportTarget,
+    check_key_condition,
+    has_kip_keys,
+    report_runs,
+)
 from .clients import with_logger
 from .engine.config import ConfigError, EngineConfig
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
+from .errors import NO_KEY_CONDITION
 from .message_layout import install as _install_message_fill
 from .producer_group import MemberTransactions, ProducerGroup, split_config
 from .record_fields import as_list, column_rows, header_rows, per_record_headers
@@ -482,8 +489,8 @@ class Producer(confluent_kafka.Producer):
         or that conditions one key twice in a partition, is refused before anything is
         queued."""
         for _, key, _, _, _, expected, _ in rows:
-            if expected is not None:
-                self._check_key_condition(None, None, key)
+            if expected is not None and expected != NO_KEY_CONDITION:
+                self._check_key_condition(None, None, key, expected)
         if self._txn is not None:
             self._txn.check_produce()
         engine = self._engine_or_start()
@@ -646,7 +653,7 @@ class Producer(confluent_kafka.Producer):
         if partition is None:
             partition = -1
         if expected_key is not None:
-            self._check_key_condition(offset, expected, key)
+            self._check_key_condition(offset, expected, key, expected_key)
         elif offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
             if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
@@ -698,14 +705,9 @@ class Producer(confluent_kafka.Producer):
         lane[1] += 1
         engine.appended(1)
 
-    def _check_key_condition(self, offset, expected, key) -> None:
+    def _check_key_condition(self, offset, expected, key, expected_key) -> None:
         """Refuse at the call what a per-key condition cannot do (docs/protocol.md §10)."""
-        if offset is not None or expected is not None:
-            raise ValueError("expected_key_offset= goes with neither offset= nor "
-                             "expected_offset=")
-        if key is None:
-            raise ValueError("expected_key_offset= needs a key: a record without one has no "
-                             "last offset to compare")
+        check_key_condition(key, offset, expected, expected_key)
         if self._acks_zero():
             raise ValueError("expected_key_offset= cannot be used with acks=0: the broker's "
                              "refusal would never be seen")
@@ -1102,14 +1104,9 @@ class Producer(confluent_kafka.Producer):
         batch = report.batch
         if getattr(report.error, "per_record", None) is not None:
             return self._deliver_per_record(report)
-        runs = batch.opaque_runs or [(0, None)]
-        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
         decoded = None
         served = 0
-        for (start, target), end in zip(runs, bounds, strict=True):
-            callback = target.callback if target is not None else self._default_on_delivery
-            if callback is None:
-                continue
+        for start, end, target, callback in self._report_runs(batch):
             if target is None or not target.per_record:
                 if batch.runs is None:
                     first = report.base_offset + start if report.base_offset >= 0 else -1
@@ -1141,19 +1138,24 @@ class Producer(confluent_kafka.Producer):
                 first_index = stop
         return served
 
+    def _report_runs(self, batch):
+        """(first record, end, report target, callback) per run of a batch's records that
+        share a report target and have a callback."""
+        runs = batch.opaque_runs or [(0, None)]
+        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
+        for (start, target), end in zip(runs, bounds, strict=True):
+            callback = target.callback if target is not None else self._default_on_delivery
+            if callback is not None:
+                yield start, end, target, callback
+
     def _deliver_per_record(self, report) -> int:
         """A refused batch whose records each have their own error (per-key conditions,
         docs/protocol.md §10): one report per record, none of them written."""
         batch = report.batch
         errors = report.error.per_record
-        runs = batch.opaque_runs or [(0, None)]
-        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
         decoded = None
         served = 0
-        for (start, target), end in zip(runs, bounds, strict=True):
-            callback = target.callback if target is not None else self._default_on_delivery
-            if callback is None:
-                continue
+        for start, end, target, callback in self._report_runs(batch):
             for index in range(start, end):
                 if target is None or not target.per_record:
                     callback(errors[index], BatchDelivery(batch.topic, batch.partition, -1, 1,
