@@ -218,6 +218,17 @@ def test_partition_count_change_is_refused(client):
     stale = send(client, topic, [(b"k", b"2")], [(0, 0)], partitions=2)
     assert stale.error_code == ec.PARTITION_COUNT_MISMATCH
     assert "2 partitions" in stale.error_message and "has 3" in stale.error_message
+    # a client that learnt the new count is refused too: keys may have moved
+    fresh = send(client, topic, [(b"k", b"2")], [(0, 0)], partitions=3)
+    assert fresh.error_code == ec.PARTITION_COUNT_MISMATCH
+    assert "pinned to 2" in fresh.error_message
+    assert "key.conditional.partitions" in fresh.error_message
+    # until an operator re-pins the topic (after moving the keys' histories, say)
+    body = client.request(44, 1, resources=[{
+        "resource_type": 2, "resource_name": topic,
+        "configs": [{"name": "key.conditional.partitions", "config_operation": 1,
+                     "value": None}]}], validate_only=False)
+    assert body.responses[0].error_code == 0
     assert send(client, topic, [(b"k", b"2")], [(0, 0)], partitions=3).error_code == 0
 
 

@@ -511,12 +511,14 @@ def _key_conditions(ctx: RequestContext, info, partition: int, raw: bytes, mode:
         partition_count, entries = decode_key_conditions(raw)
     except KeyConditionsFormatError as exc:
         raise PartitionRefused(ec.INVALID_REQUEST, str(exc)) from None
-    if partition_count != info.partitions:
+    pinned = _pinned_partition_count(ctx, info)
+    if partition_count != info.partitions or pinned != info.partitions:
         raise PartitionRefused(
             ec.PARTITION_COUNT_MISMATCH,
             f"the key conditions were partitioned for {partition_count} partitions; topic "
-            f"{info.name} has {info.partitions}: a key's partition may have changed, so its "
-            "last offset in this partition says nothing")
+            f"{info.name} has {info.partitions}, and its key conditions are pinned to "
+            f"{pinned} (topic config {PINNED_PARTITIONS}): a key's partition may have "
+            "changed, so its last offset in this partition says nothing")
     keys = [record.key for part in (batch.batches if isinstance(batch, BatchUnit) else [batch])
             for record in part]
     checks = []
@@ -543,6 +545,22 @@ def _key_conditions(ctx: RequestContext, info, partition: int, raw: bytes, mode:
         previous = index
     return KeyConditions(checks, ctx.broker.config.kip_key_index_max_keys,
                          f"{info.name}-{partition}")
+
+
+#: The topic config that pins the partition count of a topic's key conditions.
+PINNED_PARTITIONS = "key.conditional.partitions"
+
+
+def _pinned_partition_count(ctx: RequestContext, info) -> int:
+    """The partition count the topic's key conditions are pinned to: set (and persisted) by
+    the first conditional request, so that after a partition count change every condition is
+    refused, also from clients that learnt the new count (docs/protocol.md §10)."""
+    pinned = info.config.key_conditional_partitions
+    if pinned == 0:
+        logs_of(ctx).incremental_alter_topic_config(
+            info.name, {PINNED_PARTITIONS: str(info.partitions)})
+        pinned = info.partitions
+    return pinned
 
 
 def _answer_text(offset: int) -> str:
