@@ -230,3 +230,20 @@ def test_a_failed_condition_fails_its_transaction(broker):
     log = [(r.key, r.value) for r in read_confluent(
         bootstrap, topic, 1, expected=2, config={"isolation.level": "read_committed"})]
     assert log == [(b"a", b"1"), (b"a", b"3")]
+
+
+def test_partition_count_change_refuses_every_condition(broker):
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, unique("key-grow"), 2)
+    with kip_producer(bootstrap, topic_metadata_refresh_interval_ms=100) as p:
+        err, partition, offset, _ = produced(p, topic, b"k", b"1", KEY_ABSENT)
+        assert err is None
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
+        for _ in range(2):  # whether the producer still partitions with 2 or already with 4
+            err, _, _, _ = produced(p, topic, b"k", b"2", offset)
+            assert err.code() == ec.PARTITION_COUNT_MISMATCH, err
+            assert "key.conditional.partitions" in err.str()
+    assert len(read_confluent(bootstrap, topic, 4, expected=1)) == 1
