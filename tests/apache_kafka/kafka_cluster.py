@@ -23,7 +23,6 @@ part) or 0 (the classic protocol), set when the storage is formatted.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -260,14 +259,19 @@ class KafkaCluster:
 
     def _make_certificates(self) -> None:
         import trustme
+        from cryptography.hazmat.primitives import serialization
         self.ca = trustme.CA()
         cert = self.ca.issue_cert("127.0.0.1", "localhost")
         ca_pem = self.root / "ca.pem"
         self.ca.cert_pem.write_to_path(str(ca_pem))
         broker_pem = self.root / "broker.pem"
-        # trustme writes a PKCS#8 "BEGIN PRIVATE KEY", which Kafka's PEM keystore needs.
-        broker_pem.write_bytes(cert.private_key_pem.bytes() + b"".join(
-            blob.bytes() for blob in cert.cert_chain_pems))
+        # Kafka's PEM keystore reads PKCS#8 keys only ("BEGIN PRIVATE KEY"); trustme writes
+        # the key in OpenSSL's traditional form.
+        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+        pkcs8 = key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption())
+        broker_pem.write_bytes(pkcs8 + b"".join(blob.bytes() for blob in cert.cert_chain_pems))
         self.security.ca_pem = ca_pem
         self.security.broker_pem = broker_pem
 
