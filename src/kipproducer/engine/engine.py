@@ -31,6 +31,7 @@ what waits; a new epoch, not a new producer id, repairs the sequences when it ab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -343,10 +344,25 @@ class Engine:
 
     async def _leaders_announce(self, topic: str, features: tuple[str, ...],
                                 timeout: float) -> list[bool]:
+        deadline = time.monotonic() + timeout
         count = await self._partition_count(topic, timeout)
         out = []
         for partition in range(count):
-            conn = await self.cluster.connection(self.cluster.leader(topic, partition))
+            while True:
+                try:
+                    conn = await self.cluster.connection(self.cluster.leader(topic, partition))
+                    break
+                except (BrokerConnectionError, OSError) as exc:
+                    # A leader killed is named by the metadata until the cluster fences it
+                    # (seconds on Kafka): ask again until the partition has a leader that
+                    # answers, as a send to it would.
+                    if isinstance(exc, BrokerAuthenticationError):
+                        raise LookupError(AUTHENTICATION, str(exc)) from None
+                    if time.monotonic() > deadline:
+                        raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
+                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                    with contextlib.suppress(BrokerConnectionError, OSError):
+                        await self.cluster.refresh([topic])
             out.append(all(conn.supports_feature(name) for name in features))
         return out
 
