@@ -27,6 +27,8 @@ sys.path.insert(0, str(HERE))
 # the paced loads and their judge (lost / duplicated / reordered), shared with the mock
 # cluster's tests
 sys.path.insert(0, str(HERE.parent / "cluster"))
+# the producer-group kill -9 scenario, shared with the reference broker's test
+sys.path.insert(0, str(HERE.parent / "producer"))
 
 import kafka_jars  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402

@@ -11,7 +11,7 @@ empty transaction, and its marker), so the time per gap is (with gaps - baseline
 Apache Kafka starts from the jars tests/apache_kafka/kafka_jars.py caches (Java and Maven
 needed); ``--brokers`` picks which to run.
 
-    python bench/emulated_gap_cost.py [--records N] [--run N] [--gap N] [--repeat N]
+    python bench/side_by_side_gaps.py [--records N] [--run N] [--gap N] [--repeat N]
         [--brokers standin,kafka1,kafka1-tv0,kafka3]
 """
 
