@@ -22,14 +22,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from producer_support import create_topic, read_confluent, unique
 
-from kipproducer.groups_cli import GroupsClient, describe
+from kipproducer.groups_cli import GroupsClient, coordinator, describe
 from kipproducer.producer_group import POSITIONS_TOPIC_PREFIX
 
 COUNT, TOTAL, STEP = 6, 400, 10
 WORKER = Path(__file__).with_name("groups_worker.py")
+
+
+MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+          KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
 
 
 def committed(bootstrap: str, group: str) -> dict[int, int]:
@@ -37,9 +41,18 @@ def committed(bootstrap: str, group: str) -> dict[int, int]:
     # transaction does not hold this progress check until the broker aborts it
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
                   "isolation.level": "read_uncommitted"})
+    deadline = time.monotonic() + 30
     try:
-        parts = c.committed([TopicPartition(POSITIONS_TOPIC_PREFIX + group, p)
-                             for p in range(COUNT)], timeout=10)
+        while True:
+            try:
+                parts = c.committed([TopicPartition(POSITIONS_TOPIC_PREFIX + group, p)
+                                     for p in range(COUNT)], timeout=10)
+                break
+            except KafkaException as exc:
+                # the group's coordinator moving (its node killed): asked again
+                if exc.args[0].code() not in MOVING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
         return {tp.partition: int(tp.metadata) if tp.offset > 0 and tp.metadata else -1
                 for tp in parts}
     finally:
@@ -80,7 +93,12 @@ def kill_members_twice(bootstrap: str, mode: str, tmp_path: Path, *,
         while True:
             assert time.monotonic() < deadline, "no member owned an unfinished partition"
             with GroupsClient(bootstrap) as client:
-                described = describe(client, group)
+                found = coordinator(client, group)
+                try:
+                    described = describe(found, group)
+                finally:
+                    if found is not client:
+                        found.close()
             topic_name = POSITIONS_TOPIC_PREFIX + group
             positions = committed(bootstrap, group)
             for m in described["members"]:
