@@ -29,6 +29,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "cluster"))
 # the producer-group kill -9 scenario, shared with the reference broker's test
 sys.path.insert(0, str(HERE.parent / "producer"))
+# the emulated KIP-27 race, shared with the stand-in's test
+sys.path.insert(0, str(HERE.parent / "kip"))
 
 import kafka_jars  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402

@@ -4,42 +4,16 @@ is made by both and both must agree."""
 
 from __future__ import annotations
 
-import time
-import uuid
-
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka_cluster import KafkaCluster
 from kafka_jars import reader_classpath
-
-Record = tuple[int, bytes | None, bytes | None]   # (offset, key, value)
-Log = dict[int, list[Record]]                     # partition -> records in offset order
+from scenario_support import Log, read_records
 
 
 def rdkafka_read(bootstrap: str, topic: str, partitions: int, *,
                  isolation: str = "read_committed", timeout: float = 60.0,
                  config: dict | None = None) -> Log:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": isolation, "fetch.wait.max.ms": 10,
-                         **(config or {})})
-    out: Log = {p: [] for p in range(partitions)}
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        at_eof: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(at_eof) < partitions:
-            assert time.monotonic() < deadline, f"reading {topic} took over {timeout} s"
-            for msg in consumer.consume(10_000, timeout=0.05):
-                err = msg.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, err
-                    at_eof.add(msg.partition())
-                    continue
-                at_eof.discard(msg.partition())
-                out[msg.partition()].append((msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return out
+    return read_records(bootstrap, topic, partitions, timeout=timeout,
+                        config={"isolation.level": isolation, **(config or {})})
 
 
 def java_read_topics(cluster: KafkaCluster, topics: list[str], *,
@@ -94,9 +68,3 @@ def _agree(topic: str, partitions: int, isolation: str, ours: Log, java: Log) ->
                 f"consumer {len(b)}; first difference at #{first}: "
                 f"{a[first:first + 2]} vs {b[first:first + 2]}")
     return ours
-
-
-def sequences(log: Log) -> dict[int, list[int]]:
-    """The sequence number each load's value starts with (tests/cluster/scenario_support.py)."""
-    return {p: [int(v[:9]) for _, _, v in records if v is not None]
-            for p, records in log.items()}

@@ -22,8 +22,18 @@ from collections.abc import Callable
 
 import pytest
 from kafka_cluster import KafkaCluster
-from kafka_support import read_both_topics, sequences
-from scenario_support import PARTITIONS, N, Outcome, assert_within, compare, run_load
+from kafka_support import read_both_topics
+from scenario_support import (
+    PARTITIONS,
+    Log,
+    N,
+    Outcome,
+    assert_within,
+    compare,
+    count_faults,
+    run_load,
+    sequences,
+)
 
 KIP_CLIENTS = ("arrays", "batch", "produce")
 # The load's pacing per scenario: long enough for the event to happen inside it (Kafka's
@@ -62,21 +72,8 @@ class Event:
             raise self.error
 
 
-def _judge(outcome: Outcome, log) -> Outcome:
-    by_partition = sequences(log)
-    seen: set[int] = set()
-    for seqs in by_partition.values():
-        last = -1
-        for s in seqs:
-            if s in seen:
-                outcome.duplicated += 1
-                continue
-            seen.add(s)
-            if s < last:
-                outcome.reordered += 1
-            last = s
-    outcome.lost = N - len(seen)
-    return outcome
+def _judge(outcome: Outcome, log: Log) -> Outcome:
+    return count_faults(outcome, sequences(log), N)
 
 
 def _scenario(cluster: KafkaCluster, topic: str, kind: str) -> Callable[[], None] | None:

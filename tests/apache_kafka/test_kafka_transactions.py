@@ -19,15 +19,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from kafka_cluster import KafkaCluster
-from kafka_support import read_both, read_both_topics, sequences
+from kafka_support import read_both, read_both_topics
 from scenario_support import (
     KEYS,
     PARTITIONS,
     TXN_RECORDS,
     TXNS,
+    Log,
     Outcome,
     assert_within,
+    count_faults,
     run_transactions,
+    sequences,
     unique,
     value,
 )
@@ -53,18 +56,8 @@ def coordinator_of(cluster: KafkaCluster, transactional_id: str) -> int:
     return cluster.leader("__transaction_state", partition)
 
 
-def _judge(outcome: Outcome, log) -> None:
-    seen: set[int] = set()
-    for seqs in sequences(log).values():
-        last = -1
-        for s in seqs:
-            if s in seen:
-                outcome.duplicated += 1
-                continue
-            seen.add(s)
-            outcome.reordered += s < last
-            last = s
-    outcome.lost = TXNS * TXN_RECORDS - len(seen)
+def _judge(outcome: Outcome, log: Log) -> Outcome:
+    return count_faults(outcome, sequences(log), TXNS * TXN_RECORDS)
 
 
 def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
