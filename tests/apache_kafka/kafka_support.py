@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kafka_cluster import KafkaCluster
 from kafka_jars import reader_classpath
-from scenario_support import Log, read_records
+from scenario_support import Log, Outcome, count_faults, read_records, sequences
 
 
 def rdkafka_read(bootstrap: str, topic: str, partitions: int, *,
@@ -68,3 +68,19 @@ def _agree(topic: str, partitions: int, isolation: str, ours: Log, java: Log) ->
                 f"consumer {len(b)}; first difference at #{first}: "
                 f"{a[first:first + 2]} vs {b[first:first + 2]}")
     return ours
+
+
+def judge_outcomes(cluster: KafkaCluster, outcomes: list[Outcome], partitions: int, n: int,
+                   label: str) -> None:
+    """Every load's topic read back by both readers (one Java consumer for all): every
+    record reported delivered, none lost, duplicated or reordered."""
+    logs = read_both_topics(cluster, [o.topic for o in outcomes], partitions)
+    for outcome in outcomes:
+        count_faults(outcome, sequences(logs[outcome.topic]), n)
+        print(f"{label}: {outcome.client} {outcome.elapsed:.2f} s, delivered "
+              f"{outcome.delivered}, lost {outcome.lost}, duplicated {outcome.duplicated}, "
+              f"reordered {outcome.reordered}, errors {len(outcome.errors)}")
+    for outcome in outcomes:
+        assert not outcome.errors, (outcome.client, outcome.errors[:3])
+        assert outcome.delivered == n, outcome
+        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome

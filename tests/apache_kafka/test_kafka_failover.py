@@ -22,17 +22,14 @@ from collections.abc import Callable
 
 import pytest
 from kafka_cluster import KafkaCluster
-from kafka_support import read_both_topics
+from kafka_support import judge_outcomes
 from scenario_support import (
     PARTITIONS,
-    Log,
     N,
     Outcome,
     assert_within,
     compare,
-    count_faults,
     run_load,
-    sequences,
 )
 
 KIP_CLIENTS = ("arrays", "batch", "produce")
@@ -70,10 +67,6 @@ class Event:
             assert not self.thread.is_alive(), "the scenario's event did not finish in 180 s"
         if self.error is not None:
             raise self.error
-
-
-def _judge(outcome: Outcome, log: Log) -> Outcome:
-    return count_faults(outcome, sequences(log), N)
 
 
 def _scenario(cluster: KafkaCluster, topic: str, kind: str) -> Callable[[], None] | None:
@@ -137,19 +130,8 @@ def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
 
 
 def _judged(cluster: KafkaCluster, kind: str, clients: list[str]) -> list[Outcome]:
-    """One load per client, then every topic read back by both readers and checked: every
-    record delivered, none lost, duplicated or reordered."""
     outcomes = [_run(cluster, client, kind) for client in clients]
-    logs = read_both_topics(cluster, [o.topic for o in outcomes], PARTITIONS)
-    for outcome in outcomes:
-        _judge(outcome, logs[outcome.topic])
-        print(f"{kind}: {outcome.client} {outcome.elapsed:.2f} s, delivered "
-              f"{outcome.delivered}, lost {outcome.lost}, duplicated {outcome.duplicated}, "
-              f"reordered {outcome.reordered}, errors {len(outcome.errors)}")
-    for outcome in outcomes:
-        assert not outcome.errors, (outcome.client, outcome.errors[:3])
-        assert outcome.delivered == N, outcome
-        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome
+    judge_outcomes(cluster, outcomes, PARTITIONS, N, kind)
     return outcomes
 
 

@@ -19,16 +19,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from kafka_cluster import KafkaCluster
-from kafka_support import read_both, read_both_topics
+from kafka_support import judge_outcomes, read_both
 from scenario_support import (
     KEYS,
     PARTITIONS,
     TXN_RECORDS,
     TXNS,
-    Log,
     Outcome,
     assert_within,
-    count_faults,
     run_transactions,
     sequences,
     unique,
@@ -56,10 +54,6 @@ def coordinator_of(cluster: KafkaCluster, transactional_id: str) -> int:
     return cluster.leader("__transaction_state", partition)
 
 
-def _judge(outcome: Outcome, log: Log) -> Outcome:
-    return count_faults(outcome, sequences(log), TXNS * TXN_RECORDS)
-
-
 def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
     topic = cluster.unique_topic(f"txn-{kind}-{client}", PARTITIONS)
     tid = unique(f"tid-{client}")
@@ -80,15 +74,7 @@ def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
 def test_transactions_through_the_coordinators_node_killed(kafka3: KafkaCluster,
                                                             kind: str) -> None:
     outcomes = [_run(kafka3, client, kind) for client in ("confluent", "arrays", "batch")]
-    logs = read_both_topics(kafka3, [o.topic for o in outcomes], PARTITIONS)
-    for outcome in outcomes:
-        _judge(outcome, logs[outcome.topic])
-        print(f"{kind}: {outcome.client} {outcome.elapsed:.2f} s, delivered "
-              f"{outcome.delivered}, lost {outcome.lost}, duplicated {outcome.duplicated}, "
-              f"reordered {outcome.reordered}, errors {len(outcome.errors)}")
-    for outcome in outcomes:
-        assert not outcome.errors, (outcome.client, outcome.errors[:3])
-        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome
+    judge_outcomes(kafka3, outcomes, PARTITIONS, TXNS * TXN_RECORDS, kind)
     for kip in outcomes[1:]:
         assert_within(kip, outcomes[0])
 
@@ -159,10 +145,6 @@ def test_transactions_on_transaction_version_0_beside_confluent(
         topic = kafka1_tv0.unique_topic(f"txn-tv0-{client}", PARTITIONS)
         outcomes.append(run_transactions(client, kafka1_tv0.bootstrap, topic,
                                          unique(f"tid-tv0-{client}")))
-    logs = read_both_topics(kafka1_tv0, [o.topic for o in outcomes], PARTITIONS)
-    for outcome in outcomes:
-        _judge(outcome, logs[outcome.topic])
-        assert not outcome.errors, (outcome.client, outcome.errors[:3])
-        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome
+    judge_outcomes(kafka1_tv0, outcomes, PARTITIONS, TXNS * TXN_RECORDS, "tv0")
     for kip in outcomes[1:]:
         assert_within(kip, outcomes[0])
