@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
 from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
+from ..protocol import error_codes as ec
+from . import key_index
+from .key_index import PartitionKeys
 from .log_ends import ConsumerLogEnds, LogEnds, log_ends_reader
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
@@ -167,6 +171,11 @@ class Emulation:
         self._sent: dict[tuple[str, int], list[_Sent]] = {}
         #: gap transactions written (one per round of gaps, shared by its partitions)
         self.gap_transactions = 0
+        # per-key conditions: each partition's key index (built at its first condition)
+        self._key_indexes: dict[tuple[str, int], PartitionKeys] = {}
+        #: conditional appends aborted because another writer's record landed first (each
+        #: is followed by a re-read of the index and a new check)
+        self.key_retries = 0
 
     # ---- what the Producer calls ----------------------------------------------------------
 
@@ -284,6 +293,112 @@ class Emulation:
             self._fail(parts, error)
             return
         self._conditional(topic, partition, parts, expected)
+
+    def key_conditional(self, topic: str, partition: int, parts: list[Rows],
+                        expected: list[int | None], partitions: int) -> None:
+        """A call's records of one partition, some with a key condition (``expected``: one
+        entry per record, None for none): appended together in one transaction, committed
+        only when every condition holds against this writer's key index and the records
+        landed right where the index ends (nothing else was appended since it was brought
+        up to date); else aborted, the index brought up to date and the conditions checked
+        again (docs/per-key-conditional.md, "Emulated mode")."""
+        self.probe()
+        key = (topic, partition)
+        self._drain(key, final=True)
+        error = self._settle(key)
+        keys = [part.row(i)[0] for part in parts for i in range(len(part))]
+        if error is not None:
+            self._report(parts, [(e, None) for e in key_index.batch_failed(
+                topic, partition, keys, expected, error.code(), error.str())])
+            return
+        try:
+            outcomes = self._key_conditional(key, parts, keys, expected, partitions)
+        except KafkaException as exc:
+            self._key_indexes.pop(key, None)  # what was committed is not known: read again
+            err = exc.args[0]
+            outcomes = [(e, None) for e in key_index.batch_failed(
+                topic, partition, keys, expected, err.code(), f"expected_key_offset=: "
+                f"{err.str()}", retriable=err.retriable())]
+        self._report(parts, outcomes)
+
+    def _key_conditional(self, key: tuple[str, int], parts: list[Rows], keys: list,
+                         expected: list[int | None], partitions: int) -> list:
+        topic, partition = key
+        checks = [(i, key_index.key_bytes(k), e) for i, (k, e) in enumerate(zip(keys, expected))
+                  if e is not None]
+        producer = self._txn_producer()  # (a configured id fences its predecessor first)
+        reader = self._reader()
+        deadline = time.monotonic() + self._timeout
+        while True:
+            index = self._key_index(key, partitions)
+            if index.partitions != partitions:
+                return [(e, None) for e in key_index.batch_failed(
+                    topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
+                    f"the topic had {index.partitions} partitions when this writer's key "
+                    f"index was built and the record was partitioned with {partitions}: a "
+                    "partition count change refuses every key condition")]
+            wrong = key_index.conflicts(index, checks)
+            if wrong:
+                return [(e, None) for e in key_index.record_errors(topic, partition, keys,
+                                                                   expected, wrong)]
+            start = index.covered
+            producer.begin_transaction()
+            try:
+                results = self._write(producer, topic, partition, parts)
+            except KafkaException:
+                producer.abort_transaction(self._timeout)
+                raise
+            misplaced = _misplaced(results, start)
+            if misplaced is None:
+                producer.commit_transaction(self._timeout)
+                last = start + len(keys) - 1
+                reader.wait(f"the transaction marker in {topic}[{partition}]",
+                            lambda: reader.stable_end(topic, partition) > last, self._timeout)
+                for i, k in enumerate(keys):
+                    value = results[i][1].value()
+                    index.record(k, start + i, value is None)
+                # the commit marker follows the last record; when the log ends right after
+                # it, nothing else is there to read
+                index.covered = last + 1
+                if reader.log_end(topic, partition) == last + 2:
+                    index.covered = last + 2
+                return results
+            producer.abort_transaction(self._timeout)
+            if isinstance(misplaced, KafkaError):
+                raise KafkaException(misplaced)
+            placed = [msg.offset() for err, msg in results if err is None and msg is not None]
+            last = max(placed, default=-1)
+            reader.wait(f"the transaction marker in {topic}[{partition}]",
+                        lambda: reader.stable_end(topic, partition) > last, self._timeout)
+            self.key_retries += 1
+            if time.monotonic() > deadline:
+                raise KafkaException(KafkaError(
+                    KafkaError._TIMED_OUT, f"other writers kept appending to {topic}"
+                    f"[{partition}] for {self._timeout:.0f} s: the conditions could not be "
+                    "checked against a still log"))
+
+    def _key_index(self, key: tuple[str, int], partitions: int) -> PartitionKeys:
+        """The partition's key index, read up to the log end once every transaction of the
+        partition is decided (another writer's open transaction could commit a key)."""
+        index = self._key_indexes.get(key)
+        if index is None:
+            index = self._key_indexes[key] = PartitionKeys(partitions)
+        reader = self._reader()
+        ends: list[int] = []
+
+        def decided() -> bool:
+            stable = reader.stable_end(*key)
+            end = reader.log_end(*key)
+            ends[:] = [end]
+            return stable >= end
+
+        reader.wait(f"every transaction of {key[0]}[{key[1]}] decided", decided, self._timeout)
+        end = ends[0]
+        if end < index.covered:  # the partition was emptied or made again: start over
+            index = self._key_indexes[key] = PartitionKeys(partitions)
+        key_index.read_committed_keys(self._connection, key[0], key[1], index, end,
+                                      self._timeout)
+        return index
 
     def plain(self, topic: str, partition: int, rows: Rows) -> None:
         """Records without offsets, in the order of an emulated call."""

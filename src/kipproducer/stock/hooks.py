@@ -234,6 +234,39 @@ def produce_batch(emulation: Emulation, topic: str, messages: list[dict], partit
     return queued
 
 
+def key_conditional(emulation: Emulation, topic: str, partition: int, group: list[tuple],
+                    target: Any, partitions: int) -> None:
+    """One partition's records of a call with key conditions (rows: partition, key, value,
+    headers, timestamp, expected key offset or None / NO_KEY_CONDITION, report target or
+    None for ``target``), partitioned with ``partitions``: as columns, one part per run of
+    records with the same report target."""
+    import numpy as np
+
+    parts: list[Rows] = []
+    expected: list[int | None] = []
+    run: list[tuple] = []
+
+    def close_run() -> None:
+        if not run:
+            return
+        sink_of = run[0][6] or target
+        stamps = [row[4] or 0 for row in run]
+        parts.append(Rows(None, [row[1] for row in run], [row[2] for row in run],
+                          [row[3] for row in run] if any(row[3] for row in run) else None,
+                          np.array(stamps, np.int64) if any(stamps) else None,
+                          Sink(sink_of.callback, sink_of.per_record, topic, partition)))
+        run.clear()
+
+    for row in group:
+        if run and (row[6] or target) is not (run[0][6] or target):
+            close_run()
+        run.append(row)
+        wanted = row[5]
+        expected.append(None if wanted is None or wanted < -1 else int(wanted))
+    close_run()
+    emulation.key_conditional(topic, partition, parts, expected, partitions)
+
+
 def append_verdict(outcome: list) -> int:
     """What append() returns or raises once every report of the call is in."""
     from ..errors import ProduceOffsetKafkaError, raise_for
