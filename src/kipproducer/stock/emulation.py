@@ -324,8 +324,8 @@ class Emulation:
     def _key_conditional(self, key: tuple[str, int], parts: list[Rows], keys: list,
                          expected: list[int | None], partitions: int) -> list:
         topic, partition = key
-        checks = [(i, key_index.key_bytes(k), e) for i, (k, e) in enumerate(zip(keys, expected))
-                  if e is not None]
+        checks = [(i, key_index.key_bytes(k), e)
+                  for i, (k, e) in enumerate(zip(keys, expected, strict=True)) if e is not None]
         producer = self._txn_producer()  # (a configured id fences its predecessor first)
         reader = self._reader()
         deadline = time.monotonic() + self._timeout
@@ -352,8 +352,7 @@ class Emulation:
             if misplaced is None:
                 producer.commit_transaction(self._timeout)
                 last = start + len(keys) - 1
-                reader.wait(f"the transaction marker in {topic}[{partition}]",
-                            lambda: reader.stable_end(topic, partition) > last, self._timeout)
+                self._wait_marker(key, last)
                 for i, k in enumerate(keys):
                     value = results[i][1].value()
                     index.record(k, start + i, value is None)
@@ -367,15 +366,19 @@ class Emulation:
             if isinstance(misplaced, KafkaError):
                 raise KafkaException(misplaced)
             placed = [msg.offset() for err, msg in results if err is None and msg is not None]
-            last = max(placed, default=-1)
-            reader.wait(f"the transaction marker in {topic}[{partition}]",
-                        lambda: reader.stable_end(topic, partition) > last, self._timeout)
+            self._wait_marker(key, max(placed, default=-1))
             self.key_retries += 1
             if time.monotonic() > deadline:
                 raise KafkaException(KafkaError(
                     KafkaError._TIMED_OUT, f"other writers kept appending to {topic}"
                     f"[{partition}] for {self._timeout:.0f} s: the conditions could not be "
                     "checked against a still log"))
+
+    def _wait_marker(self, key: tuple[str, int], last: int) -> None:
+        """Until the marker of the transaction whose last record is at ``last`` is in."""
+        reader = self._reader()
+        reader.wait(f"the transaction marker in {key[0]}[{key[1]}]",
+                    lambda: reader.stable_end(*key) > last, self._timeout)
 
     def _key_index(self, key: tuple[str, int], partitions: int) -> PartitionKeys:
         """The partition's key index, read up to the log end once every transaction of the
