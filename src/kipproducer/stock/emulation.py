@@ -141,7 +141,7 @@ class Emulation:
     def __init__(self, conf: Mapping[str, Any], *, transactional_id: str, probe_topic: str,
                  engine_transactions: EngineTransactions, timeout_s: float = 60.0,
                  bulk_send: BulkSend | None = None,
-                 bulk_settle: BulkSettle | None = None) -> None:
+                 bulk_settle: BulkSettle | None = None, key_retention: bool = False) -> None:
         self._connection = with_logger(connection_of(conf))
         self._engine_txns = engine_transactions
         self._probe_topic = probe_topic
@@ -173,6 +173,13 @@ class Emulation:
         self.gap_transactions = 0
         # per-key conditions: each partition's key index (built at its first condition)
         self._key_indexes: dict[tuple[str, int], PartitionKeys] = {}
+        # per topic: its partition count at this writer's first key condition
+        self._key_partitions: dict[str, int] = {}
+        # kip.emulation.key.retention, and per topic whether retention can delete a key's
+        # last record (then a last offset below the log start answers absent)
+        self._key_retention = key_retention
+        self._key_topics_aging: dict[str, bool] = {}
+        self._admin: Any = None
         #: conditional appends aborted because another writer's record landed first (each
         #: is followed by a re-read of the index and a new check)
         self.key_retries = 0
@@ -329,15 +336,21 @@ class Emulation:
         producer = self._txn_producer()  # (a configured id fences its predecessor first)
         reader = self._reader()
         deadline = time.monotonic() + self._timeout
+        aging = self._key_topic_aging(topic)
+        # the count now, the one the record was partitioned with, and the one at this
+        # writer's first condition must agree (a key moves with the count)
+        now = reader.partition_count(topic)
+        pinned = self._key_partitions.setdefault(topic, partitions)
+        if not pinned == partitions == now:
+            return [(e, None) for e in key_index.batch_failed(
+                topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
+                f"the topic had {pinned} partitions at this writer's first key condition, "
+                f"has {now} now, and the record was partitioned with {partitions}: a "
+                "partition count change refuses every key condition")]
         while True:
-            index = self._key_index(key, partitions)
-            if index.partitions != partitions:
-                return [(e, None) for e in key_index.batch_failed(
-                    topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
-                    f"the topic had {index.partitions} partitions when this writer's key "
-                    f"index was built and the record was partitioned with {partitions}: a "
-                    "partition count change refuses every key condition")]
-            wrong = key_index.conflicts(index, checks)
+            index = self._key_index(key)
+            wrong = key_index.conflicts(index, checks,
+                                        reader.log_start(topic, partition) if aging else 0)
             if wrong:
                 return [(e, None) for e in key_index.record_errors(topic, partition, keys,
                                                                    expected, wrong)]
@@ -374,18 +387,38 @@ class Emulation:
                     f"[{partition}] for {self._timeout:.0f} s: the conditions could not be "
                     "checked against a still log"))
 
+    def _key_topic_aging(self, topic: str) -> bool:
+        """Whether the topic's retention can delete a key's last record: refused (the error
+        raised) unless kip.emulation.key.retention is true. Asked once per topic."""
+        aging = self._key_topics_aging.get(topic)
+        if aging is None:
+            if self._admin is None:
+                from confluent_kafka.admin import AdminClient
+
+                self._admin = AdminClient(self._connection)
+            why = key_index.retention_ages_keys_out(self._admin, topic, self._timeout)
+            if why is not None and not self._key_retention:
+                raise KafkaException(KafkaError(
+                    KafkaError.INVALID_CONFIG,
+                    f"expected_key_offset= (emulated) on {topic!r}: its {why} can delete a "
+                    "key's last record; use a topic that keeps them (cleanup.policy=compact, "
+                    "or retention.ms=-1 and retention.bytes=-1), or set "
+                    "kip.emulation.key.retention=true to have such keys answer as absent"))
+            aging = self._key_topics_aging[topic] = why is not None
+        return aging
+
     def _wait_marker(self, key: tuple[str, int], last: int) -> None:
         """Until the marker of the transaction whose last record is at ``last`` is in."""
         reader = self._reader()
         reader.wait(f"the transaction marker in {key[0]}[{key[1]}]",
                     lambda: reader.stable_end(*key) > last, self._timeout)
 
-    def _key_index(self, key: tuple[str, int], partitions: int) -> PartitionKeys:
+    def _key_index(self, key: tuple[str, int]) -> PartitionKeys:
         """The partition's key index, read up to the log end once every transaction of the
         partition is decided (another writer's open transaction could commit a key)."""
         index = self._key_indexes.get(key)
         if index is None:
-            index = self._key_indexes[key] = PartitionKeys(partitions)
+            index = self._key_indexes[key] = PartitionKeys()
         reader = self._reader()
         ends: list[int] = []
 
@@ -398,7 +431,7 @@ class Emulation:
         reader.wait(f"every transaction of {key[0]}[{key[1]}] decided", decided, self._timeout)
         end = ends[0]
         if end < index.covered:  # the partition was emptied or made again: start over
-            index = self._key_indexes[key] = PartitionKeys(partitions)
+            index = self._key_indexes[key] = PartitionKeys()
         key_index.read_committed_keys(self._connection, key[0], key[1], index, end,
                                       self._timeout)
         return index

@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from ..client_config import parse_bool
 from ..errors import OffsetOrderError
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
 from .emulation import Emulation, EngineTransactions
@@ -32,7 +33,8 @@ def new_emulation(conf: Mapping[str, Any], bulk_send: Callable, bulk_settle: Cal
         conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
         probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
         engine_transactions=engine_transactions, timeout_s=min(MAX_WAIT_S, timeout / 1000),
-        bulk_send=bulk_send, bulk_settle=bulk_settle)
+        bulk_send=bulk_send, bulk_settle=bulk_settle,
+        key_retention=parse_bool(conf.get("kip.emulation.key.retention", False)))
 
 
 #: resolve_mode()'s answer when the topic's leaders cannot be asked now (no metadata: a

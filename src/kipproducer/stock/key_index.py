@@ -31,10 +31,8 @@ FOLD_ROWS = 65_536
 @dataclass(slots=True)
 class PartitionKeys:
     """One partition's index: ``last[key]`` is the offset of the key's last committed live
-    record below ``covered`` (keys absent there are not in it); ``partitions`` the topic's
-    partition count the index was built under."""
+    record below ``covered`` (keys absent there are not in it)."""
 
-    partitions: int
     covered: int = 0
     last: dict[bytes, int] = field(default_factory=dict)
 
@@ -139,12 +137,15 @@ def read_committed_keys(connection: Mapping[str, Any], topic: str, partition: in
     index.covered = end
 
 
-def conflicts(index: PartitionKeys, checks: list[tuple[int, bytes, int]]
-              ) -> dict[int, int]:
-    """record index -> the key's actual last offset, for every condition that fails."""
+def conflicts(index: PartitionKeys, checks: list[tuple[int, bytes, int]],
+              log_start: int = 0) -> dict[int, int]:
+    """record index -> the key's actual last offset, for every condition that fails (a last
+    record below ``log_start``, deleted by retention, is absent)."""
     wrong = {}
     for i, key, expected in checks:
         actual = index.answer(key)
+        if actual < log_start:
+            actual = KEY_ABSENT
         if actual != expected:
             wrong[i] = actual
     return wrong
@@ -190,3 +191,30 @@ def batch_failed(topic: str, partition: int, keys: list, expected: list, code: i
                                    expected=expected[i], actual=KEY_ABSENT,
                                    retriable=retriable)
             for i, key in enumerate(keys)]
+
+
+def retention_ages_keys_out(admin: Any, topic: str, timeout_s: float) -> str | None:
+    """What in ``topic``'s configuration can delete a key's last record (a ``delete`` cleanup
+    policy with a finite ``retention.ms`` or ``retention.bytes``), or None."""
+    from confluent_kafka.admin import ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        configs = admin.describe_configs([resource])[resource].result(timeout_s)
+    except KafkaException:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a timeout of the future, say
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                        f"the configuration of {topic}: {exc}")) from None
+
+    def value(name: str, default: str) -> str:
+        entry = configs.get(name)
+        return default if entry is None or entry.value is None else str(entry.value)
+
+    policy = value("cleanup.policy", "delete")
+    if "delete" not in [p.strip() for p in policy.split(",")]:
+        return None
+    ms, size = int(value("retention.ms", "-1")), int(value("retention.bytes", "-1"))
+    if ms < 0 and size < 0:
+        return None
+    return f"cleanup.policy={policy} with retention.ms={ms}, retention.bytes={size}"
