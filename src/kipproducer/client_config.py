@@ -344,7 +344,8 @@ PROPERTIES: tuple[Property, ...] = (
     _p("kip.emulation.transactional.id", KIP, parse_text, "",
        "emulated `offset=`: the transactional id of this writer, the same across its restarts "
        "(a restarted writer fences its predecessor and aborts its open transaction before "
-       "reading the log end); empty refuses emulated `offset=`"),
+       "reading the log end); empty refuses emulated `offset=`. Emulated "
+       "`expected_key_offset=`: the writer's id too (empty: a random one)"),
     _p("kip.emulation.key.retention", KIP, parse_bool, False,
        "emulated `expected_key_offset=` on a topic whose cleanup policy deletes records by "
        "age or size (`delete` with a finite `retention.ms` or `retention.bytes`): refused "
