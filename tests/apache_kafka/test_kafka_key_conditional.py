@@ -9,6 +9,7 @@ librdkafka and by Kafka's Java consumer.
 * A stale condition inside a multi-key batch: the whole batch refused, nothing of it visible.
 * Restart and rebuild: the same answers; a tombstone is absent, an aborted record and the
   record of a writer killed -9 in its transaction never count.
+* Failover: a writer fenced by a new owner with its id (a zombie) never commits.
 * A partition count change refuses every condition.
 """
 
@@ -186,3 +187,20 @@ def test_a_partition_count_change_refuses_every_condition(kafka3: KafkaCluster) 
             assert err.code() == ec.PARTITION_COUNT_MISMATCH, err
             assert "partition count change" in err.str()
     assert sum(len(r) for r in read_both(kafka3, topic, 4).values()) == 1
+
+
+def test_failover_a_zombie_owner_never_commits(kafka3: KafkaCluster) -> None:
+    topic = kafka3.unique_topic("keycond-zombie", config=KEEP)
+    writer = unique("writer")
+    zombie = emulated(kafka3.bootstrap, writer)
+    try:
+        assert produced(zombie, topic, b"k", b"v0", KEY_ABSENT, partition=0) == (None, 0, 0)
+        with emulated(kafka3.bootstrap, writer) as owner:  # fences the zombie
+            assert produced(owner, topic, b"other", b"x", KEY_ABSENT, partition=0)[0] is None
+            err = produced(zombie, topic, b"k", b"zombie", 0, partition=0)[0]
+            assert err is not None and err.code() != KEY_OFFSET_MISMATCH, err
+            assert produced(owner, topic, b"k", b"v1", 0, partition=0)[0] is None
+    finally:
+        zombie.close()
+    assert [(k, v) for _, k, v in read_both(kafka3, topic, 1)[0]] == [
+        (b"k", b"v0"), (b"other", b"x"), (b"k", b"v1")]

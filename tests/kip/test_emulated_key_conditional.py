@@ -326,3 +326,49 @@ def test_a_topic_whose_retention_can_age_a_key_out_is_refused_unless_allowed(sto
         err = produced(p, topic, b"k", b"again", 0, partition=0)[0]
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, KEY_ABSENT)
         assert produced(p, topic, b"k", b"again", KEY_ABSENT, partition=0)[0] is None
+
+
+def test_a_zombie_writer_never_commits(stock):
+    """Failover: a second writer with the same kip.emulation.transactional.id takes over (its
+    start fences the first); the first one's next conditional append fails, nothing of it
+    is visible, and the new owner's index answers as before."""
+    bootstrap = stock.bootstrap_servers
+    topic = keyed_topic(bootstrap, "emk-zombie")
+    writer = unique("writer")
+    zombie = emulated_producer(bootstrap, writer)
+    try:
+        assert produced(zombie, topic, b"k", b"v0", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
+        with emulated_producer(bootstrap, writer) as owner:
+            assert produced(owner, topic, b"other", b"x", KEY_ABSENT, partition=0)[0] is None
+            err = produced(zombie, topic, b"k", b"zombie", 0, partition=0)[0]
+            assert err is not None and err.code() != KEY_OFFSET_MISMATCH, err
+            assert produced(owner, topic, b"k", b"v1", 0, partition=0)[0] is None
+    finally:
+        zombie.close()
+    assert [(k, v) for _, _, k, v in read_back(bootstrap, topic)] == [
+        (b"k", b"v0"), (b"other", b"x"), (b"k", b"v1")]
+
+
+def test_retry_after_a_lost_acknowledgement_writes_once():
+    """The conditional record is in the log but its Produce answer is lost; the writer's
+    idempotent producer sends it again and is answered with the first attempt's offset."""
+    from kip_support import ProduceWatchProxy
+
+    proxy = ProduceWatchProxy(0)
+    try:
+        with EmbeddedBroker(config={**STANDIN_CONFIG, "advertised.port": proxy.port}) as b:
+            proxy.target_port = b.broker.server.port
+            bootstrap = b.bootstrap_servers
+            topic = keyed_topic(bootstrap, "emk-cut")
+            with emulated_producer(bootstrap, unique("w")) as p:
+                assert produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
+                proxy.drop_next_produce_response()
+                assert produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)[:3] == (
+                    None, 0, 2)
+                err = produced(p, topic, b"k", b"twice", KEY_ABSENT, partition=0)[0]
+                assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 2)
+            assert proxy.dropped.is_set(), "the proxy never cut the response"
+            assert [(o, k) for _, o, k, _ in read_back(bootstrap, topic)] == [(0, b"head"),
+                                                                           (2, b"k")]
+    finally:
+        proxy.close()
