@@ -351,6 +351,12 @@ PROPERTIES: tuple[Property, ...] = (
        "age or size (`delete` with a finite `retention.ms` or `retention.bytes`): refused "
        "unless `true`; then a key whose last record was deleted answers as absent, as in "
        "native mode ([per-key-conditional.md](per-key-conditional.md))"),
+    _p("kip.emulation.key.index.topic", KIP, parse_text, "",
+       "emulated `expected_key_offset=`: a compacted topic (created when missing) where each "
+       "conditional transaction also writes the key answers that changed and a checkpoint, "
+       "so a new writer reads that and the partition's tail instead of the whole partition "
+       "([per-key-conditional.md](per-key-conditional.md)); empty: a new writer reads the "
+       "partition"),
     _p("kip.emulation.probe.topic", KIP, parse_text, "kip-emulation-probe",
        "emulated mode: the topic the capability probe writes one aborted record to (created "
        "with one partition when missing)"),

@@ -372,3 +372,43 @@ def test_retry_after_a_lost_acknowledgement_writes_once():
                                                                            (2, b"k")]
     finally:
         proxy.close()
+
+
+def test_the_index_topic_gives_the_same_answers_reading_only_the_tail(stock):
+    """With kip.emulation.key.index.topic, each conditional transaction also writes the
+    changed answers and a checkpoint to the index topic; a new writer reads those and the
+    partition only from the checkpoint on (here: a plain writer's records after it), and
+    answers as a full read does, tombstones and the partition count included."""
+    from kipproducer.producer import emulation_of
+
+    bootstrap = stock.bootstrap_servers
+    topic = keyed_topic(bootstrap, "emk-index")
+    index_topic = unique("key-index")
+    plain = StockProducer({"bootstrap.servers": bootstrap})
+    for i in range(200):
+        plain.produce(topic, b"history-%d" % i, b"k%d" % (i % 20), partition=0)
+    assert plain.flush(20) == 0
+    config = {"kip.emulation.key.index.topic": index_topic}
+    with emulated_producer(bootstrap, unique("w"), **config) as p:
+        assert produced(p, topic, b"k1", b"new", 181, partition=0)[:3] == (None, 0, 200)
+        assert produced(p, topic, b"k2", None, 182, partition=0)[:3] == (None, 0, 202)
+        assert emulation_of(p).key_records_read == 200
+    plain.produce(topic, b"after", b"k3", partition=0)  # at 204, after the checkpoint
+    plain.produce(topic, None, b"k4", partition=0)      # a tombstone at 205
+    assert plain.flush(20) == 0
+    answers = {}
+    for with_index in (True, False):
+        extra = config if with_index else {}
+        with emulated_producer(bootstrap, unique("w"), **extra) as p:
+            got = []
+            for key, expected in ((b"k1", 0), (b"k2", 0), (b"k3", 0), (b"k4", 0), (b"k5", 0),
+                                  (b"zz", 0)):
+                err = produced(p, topic, key, b"?", expected, partition=0)[0]
+                got.append((key, err.actual))
+            answers[with_index] = got
+            read = emulation_of(p).key_records_read
+            # the index topic: only the tail (the commit marker's offset, then 204 and 205)
+            assert read == (2 if with_index else 204), read
+    assert answers[True] == answers[False] == [
+        (b"k1", 200), (b"k2", KEY_ABSENT), (b"k3", 204), (b"k4", KEY_ABSENT), (b"k5", 185),
+        (b"zz", KEY_ABSENT)]

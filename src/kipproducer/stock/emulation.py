@@ -31,7 +31,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
-from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
+from ..errors import (
+    INVALID_PRODUCE_OFFSET,
+    KEY_ABSENT,
+    OFFSET_MISMATCH,
+    ProduceOffsetKafkaError,
+)
 from ..protocol import error_codes as ec
 from . import key_index
 from .key_index import PartitionKeys
@@ -141,7 +146,8 @@ class Emulation:
     def __init__(self, conf: Mapping[str, Any], *, transactional_id: str, probe_topic: str,
                  engine_transactions: EngineTransactions, timeout_s: float = 60.0,
                  bulk_send: BulkSend | None = None,
-                 bulk_settle: BulkSettle | None = None, key_retention: bool = False) -> None:
+                 bulk_settle: BulkSettle | None = None, key_retention: bool = False,
+                 key_index_topic: str = "") -> None:
         self._connection = with_logger(connection_of(conf))
         self._engine_txns = engine_transactions
         self._probe_topic = probe_topic
@@ -180,9 +186,15 @@ class Emulation:
         self._key_retention = key_retention
         self._key_topics_aging: dict[str, bool] = {}
         self._admin: Any = None
+        # kip.emulation.key.index.topic and its partition count (None: not yet asked)
+        self._key_index_topic = key_index_topic
+        self._key_index_partitions: int | None = None
         #: conditional appends aborted because another writer's record landed first (each
         #: is followed by a re-read of the index and a new check)
         self.key_retries = 0
+        #: records of conditioned partitions read into key indexes (a takeover through the
+        #: index topic reads only the partitions' tails)
+        self.key_records_read = 0
 
     # ---- what the Producer calls ----------------------------------------------------------
 
@@ -337,18 +349,20 @@ class Emulation:
         reader = self._reader()
         deadline = time.monotonic() + self._timeout
         aging = self._key_topic_aging(topic)
-        # the count now, the one the record was partitioned with, and the one at this
-        # writer's first condition must agree (a key moves with the count)
         now = reader.partition_count(topic)
-        pinned = self._key_partitions.setdefault(topic, partitions)
-        if not pinned == partitions == now:
-            return [(e, None) for e in key_index.batch_failed(
-                topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
-                f"the topic had {pinned} partitions at this writer's first key condition, "
-                f"has {now} now, and the record was partitioned with {partitions}: a "
-                "partition count change refuses every key condition")]
         while True:
             index = self._key_index(key)
+            # the count now, the one the record was partitioned with, and the one at this
+            # writer's first condition (or the index topic's checkpoint) must agree: a key
+            # moves with the count
+            pinned = self._key_partitions.setdefault(topic, index.partitions or partitions)
+            if not pinned == partitions == now:
+                return [(e, None) for e in key_index.batch_failed(
+                    topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
+                    f"the topic had {pinned} partitions at this writer's first key "
+                    f"condition (or its index topic's checkpoint), has {now} now, and the "
+                    f"record was partitioned with {partitions}: a partition count change "
+                    "refuses every key condition")]
             wrong = key_index.conflicts(index, checks,
                                         reader.log_start(topic, partition) if aging else 0)
             if wrong:
@@ -362,6 +376,12 @@ class Emulation:
                 producer.abort_transaction(self._timeout)
                 raise
             misplaced = _misplaced(results, start)
+            if misplaced is None and self._key_index_topic:
+                try:
+                    self._write_snapshot(producer, key, index, keys, results, start, pinned)
+                except KafkaException:
+                    producer.abort_transaction(self._timeout)
+                    raise
             if misplaced is None:
                 producer.commit_transaction(self._timeout)
                 last = start + len(keys) - 1
@@ -369,6 +389,8 @@ class Emulation:
                 for i, k in enumerate(keys):
                     value = results[i][1].value()
                     index.record(k, start + i, value is None)
+                if index.dirty is not None:
+                    index.dirty.clear()  # (the index topic took them with the records)
                 # the commit marker follows the last record; when the log ends right after
                 # it, nothing else is there to read
                 index.covered = last + 1
@@ -386,6 +408,74 @@ class Emulation:
                     KafkaError._TIMED_OUT, f"other writers kept appending to {topic}"
                     f"[{partition}] for {self._timeout:.0f} s: the conditions could not be "
                     "checked against a still log"))
+
+    def _write_snapshot(self, producer: Any, key: tuple[str, int], index: PartitionKeys,
+                        keys: list, results: list, start: int, partitions: int) -> None:
+        """In the open transaction: the answers changed since the index topic last took them,
+        the call's own records' answers, and the checkpoint (everything below the call's
+        last record + 1 is in)."""
+        answers = dict(index.dirty or {})
+        for i, k in enumerate(keys):
+            if k is not None:
+                answers[key_index.key_bytes(k)] = (KEY_ABSENT if results[i][1].value() is None
+                                                   else start + i)
+        names, values = key_index.snapshot_records(key[0], key[1], answers,
+                                                   start + len(keys), partitions)
+        outcome: list = []
+        producer.produce_arrays(self._key_index_topic, values, keys=names,
+                                partition=self._index_partition(key), per_record=False,
+                                on_delivery=lambda err, report: outcome.append(err))
+        left = producer.flush(self._timeout)
+        error = next((err for err in outcome if err is not None), None)
+        if left or error is not None:
+            raise KafkaException(error or KafkaError(
+                KafkaError._TIMED_OUT, f"the key index topic {self._key_index_topic}: "
+                f"{left} records not acknowledged in time"))
+
+    def _index_partition(self, key: tuple[str, int]) -> int:
+        if self._key_index_partitions is None:
+            if self._admin is None:
+                from confluent_kafka.admin import AdminClient
+
+                self._admin = AdminClient(self._connection)
+            key_index.ensure_index_topic(self._admin, self._key_index_topic, self._timeout)
+            reader = self._reader()
+            counts: list[int] = []
+
+            def known() -> bool:  # (a topic just made may take a moment to be everywhere)
+                try:
+                    counts[:] = [reader.partition_count(self._key_index_topic)]
+                except KafkaException:
+                    return False
+                return counts[0] > 0
+
+            reader.wait(f"the key index topic {self._key_index_topic}", known, self._timeout)
+            self._key_index_partitions = counts[0]
+        return key_index.index_partition(key[0], key[1], self._key_index_partitions)
+
+    def _load_index(self, key: tuple[str, int]) -> PartitionKeys:
+        """A new index: from the index topic's entries and checkpoint when there is one (the
+        partition is then read only from the checkpoint on), else empty (read whole)."""
+        if not self._key_index_topic:
+            return PartitionKeys()
+        where = (self._key_index_topic, self._index_partition(key))
+        end = self._decided_end(where)
+        return key_index.load_snapshot(self._connection, where[0], where[1], end, key[0],
+                                       key[1], self._timeout)
+
+    def _decided_end(self, key: tuple[str, int]) -> int:
+        """The partition's log end once every transaction of it is decided."""
+        reader = self._reader()
+        ends: list[int] = []
+
+        def decided() -> bool:
+            stable = reader.stable_end(*key)
+            end = reader.log_end(*key)
+            ends[:] = [end]
+            return stable >= end
+
+        reader.wait(f"every transaction of {key[0]}[{key[1]}] decided", decided, self._timeout)
+        return ends[0]
 
     def _key_topic_aging(self, topic: str) -> bool:
         """Whether the topic's retention can delete a key's last record: refused (the error
@@ -418,22 +508,13 @@ class Emulation:
         partition is decided (another writer's open transaction could commit a key)."""
         index = self._key_indexes.get(key)
         if index is None:
-            index = self._key_indexes[key] = PartitionKeys()
-        reader = self._reader()
-        ends: list[int] = []
-
-        def decided() -> bool:
-            stable = reader.stable_end(*key)
-            end = reader.log_end(*key)
-            ends[:] = [end]
-            return stable >= end
-
-        reader.wait(f"every transaction of {key[0]}[{key[1]}] decided", decided, self._timeout)
-        end = ends[0]
+            index = self._key_indexes[key] = self._load_index(key)
+        end = self._decided_end(key)
         if end < index.covered:  # the partition was emptied or made again: start over
-            index = self._key_indexes[key] = PartitionKeys()
-        key_index.read_committed_keys(self._connection, key[0], key[1], index, end,
-                                      self._timeout)
+            index = self._key_indexes[key] = PartitionKeys(
+                dirty=None if not self._key_index_topic else {})
+        self.key_records_read += key_index.read_committed_keys(
+            self._connection, key[0], key[1], index, end, self._timeout)
         return index
 
     def plain(self, topic: str, partition: int, rows: Rows) -> None:

@@ -34,7 +34,8 @@ def new_emulation(conf: Mapping[str, Any], bulk_send: Callable, bulk_settle: Cal
         probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
         engine_transactions=engine_transactions, timeout_s=min(MAX_WAIT_S, timeout / 1000),
         bulk_send=bulk_send, bulk_settle=bulk_settle,
-        key_retention=parse_bool(conf.get("kip.emulation.key.retention", False)))
+        key_retention=parse_bool(conf.get("kip.emulation.key.retention", False)),
+        key_index_topic=str(conf.get("kip.emulation.key.index.topic", "")))
 
 
 #: resolve_mode()'s answer when the topic's leaders cannot be asked now (no metadata: a
