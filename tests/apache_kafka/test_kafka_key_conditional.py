@@ -9,6 +9,8 @@ librdkafka and by Kafka's Java consumer.
 * A stale condition inside a multi-key batch: the whole batch refused, nothing of it visible.
 * Restart and rebuild: the same answers; a tombstone is absent, an aborted record and the
   record of a writer killed -9 in its transaction never count.
+* A takeover through kip.emulation.key.index.topic reads only the partition's tail and
+  answers as a full read does.
 * Failover: a writer fenced by a new owner with its id (a zombie) never commits.
 * A partition count change refuses every condition.
 """
@@ -30,6 +32,7 @@ from scenario_support import unique
 
 from kipproducer import Producer
 from kipproducer.errors import KEY_ABSENT, KEY_OFFSET_MISMATCH, KeyConditionKafkaError
+from kipproducer.producer import emulation_of
 from kipproducer.protocol import error_codes as ec
 
 #: Topics that keep every key's last record (without kip.emulation.key.retention, a topic
@@ -204,3 +207,29 @@ def test_failover_a_zombie_owner_never_commits(kafka3: KafkaCluster) -> None:
         zombie.close()
     assert [(k, v) for _, k, v in read_both(kafka3, topic, 1)[0]] == [
         (b"k", b"v0"), (b"other", b"x"), (b"k", b"v1")]
+
+
+def test_takeover_through_the_index_topic_answers_as_a_full_read(kafka3: KafkaCluster) -> None:
+    topic = kafka3.unique_topic("keycond-index", config=KEEP)
+    index_topic = unique("key-index")
+    plain = StockProducer({"bootstrap.servers": kafka3.bootstrap, "enable.idempotence": True})
+    for i in range(100):
+        plain.produce(topic, b"history-%d" % i, b"k%d" % (i % 10), partition=0)
+    assert plain.flush(60) == 0
+    extra = {"kip.emulation.key.index.topic": index_topic}
+    with emulated(kafka3.bootstrap, **extra) as p:
+        assert produced(p, topic, b"k1", b"new", 91, partition=0) == (None, 0, 100)
+        assert produced(p, topic, b"k2", None, 92, partition=0) == (None, 0, 102)
+    plain.produce(topic, b"after", b"k3", partition=0)  # after the checkpoint: at 104
+    assert plain.flush(60) == 0
+    answers = {}
+    for label, config in (("index", extra), ("full", {})):
+        with emulated(kafka3.bootstrap, **config) as p:
+            answers[label] = [(key, produced(p, topic, key, b"?", 0, partition=0)[0].actual)
+                              for key in (b"k1", b"k2", b"k3", b"k5", b"zz")]
+            read = emulation_of(p).key_records_read
+            assert read == (1 if label == "index" else 103), (label, read)
+    assert answers["index"] == answers["full"] == [
+        (b"k1", 100), (b"k2", KEY_ABSENT), (b"k3", 104), (b"k5", 95), (b"zz", KEY_ABSENT)]
+    entries = read_both(kafka3, index_topic, 1)[0]
+    assert entries and all(k.startswith((b"k", b"c")) for _, k, _ in entries)
