@@ -17,28 +17,11 @@ call once the index is built.
 from __future__ import annotations
 
 import argparse
-import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "apache_kafka"))
-
-
-@contextmanager
-def started(kind: str) -> Iterator[str]:
-    if kind == "standin":
-        from kipproducer.broker.embedded import EmbeddedBroker
-        with EmbeddedBroker(config={"kip.extensions.enable": False}) as broker:
-            yield broker.bootstrap_servers
-        return
-    from kafka_cluster import KafkaCluster
-    with tempfile.TemporaryDirectory(prefix="takeover-") as root, KafkaCluster(
-            Path(root), 1) as cluster:
-        yield cluster.bootstrap
+# the brokers as bench/emulated_gap_cost.py starts them
+from emulated_gap_cost import started
 
 
 def writer(bootstrap: str, index_topic: str | None):

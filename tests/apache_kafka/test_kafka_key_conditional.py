@@ -17,17 +17,18 @@ librdkafka and by Kafka's Java consumer.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import textwrap
 import threading
+from pathlib import Path
 
 from confluent_kafka import Producer as StockProducer
 from confluent_kafka.admin import NewPartitions
 from kafka_cluster import KafkaCluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kip"))
+from emulated_support import DYING_KEYED_WRITER, kill_9_when_open  # noqa: E402
 from kafka_support import read_both
+from kip_support import in_threads, one_winner  # noqa: E402
 from scenario_support import unique
 
 from kipproducer import Producer
@@ -81,19 +82,12 @@ def test_absent_present_and_racing_writers(kafka3: KafkaCluster) -> None:
             # after the race: its own key once more, conditioned on its own last offset
             own[i] = produced(w, topic, b"own-%d" % i, b"y", own[i][2], partition=partition)
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    winners = [o for o in outcomes if o[0] is None]
-    assert len(winners) == 1, outcomes
-    for err, _, _ in (o for o in outcomes if o[0] is not None):
-        assert err.code() == KEY_OFFSET_MISMATCH and err.actual == winners[0][2]
+    in_threads(writers, write, 120)
+    winner = one_winner(outcomes)
     assert all(o[0] is None for o in own), own  # different keys: no false conflict
     log = read_both(kafka3, topic, 3)[partition]
     acct = [(off, v) for off, k, v in log if k == b"acct"]
-    assert acct == [(created, b"open"), (winners[0][2], acct[1][1])]
+    assert acct == [(created, b"open"), (winner[2], acct[1][1])]
     for i in range(writers):
         assert [v for _, k, v in log if k == b"own-%d" % i] == [b"x", b"y"]
 
@@ -127,20 +121,6 @@ def test_a_stale_condition_refuses_the_whole_batch(kafka3: KafkaCluster) -> None
     assert read_both(kafka3, topic, 1)[0] == [(0, b"a", b"1"), (1, b"b", b"1")]
 
 
-_DYING_WRITER = textwrap.dedent("""
-    import sys
-    from confluent_kafka import Producer
-    bootstrap, topic, txn_id = sys.argv[1:4]
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
-    p.init_transactions(60)
-    p.begin_transaction()
-    p.produce(topic, b"never", b"k", partition=0)
-    p.flush(60)
-    print("open", flush=True)
-    sys.stdin.read()  # hold the transaction open until killed
-""")
-
-
 def test_restart_rebuilds_the_same_answers(kafka3: KafkaCluster) -> None:
     """A tombstone is absent; an aborted record and the record of a writer killed -9 inside
     its transaction (the restarted writer, same kip.emulation.transactional.id, fences it)
@@ -158,13 +138,7 @@ def test_restart_rebuilds_the_same_answers(kafka3: KafkaCluster) -> None:
     aborted.produce(topic, b"aborted", b"k", partition=0)
     aborted.flush(60)
     aborted.abort_transaction(60)
-    dying = subprocess.Popen([sys.executable, "-c", _DYING_WRITER, kafka3.bootstrap, topic,
-                              writer], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert dying.stdout is not None and dying.stdout.readline() == b"open\n"
-    finally:
-        os.kill(dying.pid, signal.SIGKILL)
-        dying.wait(30)
+    kill_9_when_open(DYING_KEYED_WRITER, kafka3.bootstrap, topic, writer)
     with emulated(kafka3.bootstrap, writer) as p:
         err, _, _ = produced(p, topic, b"k", b"stale", KEY_ABSENT, partition=0)
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 0)

@@ -5,11 +5,6 @@ Read back by librdkafka at read_committed."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 
 import numpy as np
@@ -17,8 +12,16 @@ import pytest
 from confluent_kafka import KafkaError
 from confluent_kafka import Producer as StockProducer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
-from emulated_support import STANDIN_CONFIG, committed, emulated_producer, new_topic
-from kip_support import unique
+from emulated_support import (
+    DYING_KEYED_WRITER,
+    STANDIN_CONFIG,
+    committed,
+    emulated_producer,
+    keyed_topic,
+    kill_9_when_open,
+    new_topic,
+)
+from kip_support import KeyReports, in_threads, key_produced, one_winner, unique
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.errors import (
@@ -36,36 +39,6 @@ def stock():
         yield b
 
 
-class Reports:
-    """Delivery reports as (error, partition, offset, key), in the order they came."""
-
-    def __init__(self) -> None:
-        self.items: list = []
-        self.lock = threading.Lock()
-
-    def __call__(self, err, msg) -> None:
-        with self.lock:
-            self.items.append((err, msg.partition(), msg.offset(), msg.key()))
-
-
-def keyed_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
-    """A topic that keeps every key's last record (retention.ms=-1): what emulated key
-    conditions take without kip.emulation.key.retention."""
-    topic = unique(prefix)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1"})]
-                        )[topic].result(20)
-    return topic
-
-
-def produced(p, topic, key, value, expected, **kw):
-    reports = Reports()
-    p.produce(topic, value, key, expected_key_offset=expected, on_delivery=reports, **kw)
-    assert p.flush(20) == 0
-    [report] = reports.items
-    return report
-
-
 def read_back(bootstrap: str, topic: str, partitions: int = 1):
     return [(r.partition, r.offset, r.key, r.value)
             for r in committed(bootstrap, topic, partitions)]
@@ -75,9 +48,9 @@ def test_absent_then_present_and_the_mismatch_names_everything(stock):
     bootstrap = stock.bootstrap_servers
     topic = keyed_topic(bootstrap, "emk-basic", 3)
     with emulated_producer(bootstrap, unique("w")) as p:
-        err, partition, created, _ = produced(p, topic, b"order-7", b"created", KEY_ABSENT)
+        err, partition, created, _ = key_produced(p, topic, b"order-7", b"created", KEY_ABSENT)
         assert err is None and created == 0
-        err, again, _, _ = produced(p, topic, b"order-7", b"created", KEY_ABSENT)
+        err, again, _, _ = key_produced(p, topic, b"order-7", b"created", KEY_ABSENT)
         assert again == partition
         assert isinstance(err, KeyConditionKafkaError)
         assert (err.code(), err.name()) == (KEY_OFFSET_MISMATCH, "KEY_OFFSET_MISMATCH")
@@ -85,9 +58,9 @@ def test_absent_then_present_and_the_mismatch_names_everything(stock):
         assert (err.expected, err.actual) == (KEY_ABSENT, created)
         assert f"{topic}[{partition}]" in err.str()
         # one record at 0, its commit marker at 1: the next is at 2
-        err, _, paid, _ = produced(p, topic, b"order-7", b"paid", created)
+        err, _, paid, _ = key_produced(p, topic, b"order-7", b"paid", created)
         assert err is None and paid == 2
-        err, _, _, _ = produced(p, topic, b"order-7", b"late", created)
+        err, _, _, _ = key_produced(p, topic, b"order-7", b"late", created)
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, paid)
     assert read_back(bootstrap, topic, 3) == [(partition, 0, b"order-7", b"created"),
                                               (partition, 2, b"order-7", b"paid")]
@@ -99,7 +72,7 @@ def test_a_stale_condition_refuses_the_whole_batch(stock):
     key twice in a call (conditioned once) is fine."""
     bootstrap = stock.bootstrap_servers
     topic = keyed_topic(bootstrap, "emk-batch")
-    reports = Reports()
+    reports = KeyReports()
     with emulated_producer(bootstrap, unique("w")) as p:
         first = [{"key": b"a", "value": b"1", "expected_key_offset": KEY_ABSENT},
                  {"key": b"b", "value": b"1", "expected_key_offset": KEY_ABSENT},
@@ -132,7 +105,7 @@ def test_a_stale_condition_refuses_the_whole_batch(stock):
         expected = np.full(20, NO_KEY_CONDITION, dtype=np.int64)
         expected[::2] = np.arange(5, 25, 2)
         expected[10] = 3
-        per_record = Reports()
+        per_record = KeyReports()
         p.produce_arrays(topic, [b"w"] * 20, keys=keys, partition=0, per_record=True,
                          expected_key_offsets=expected, on_delivery=per_record)
         assert p.flush(20) == 0
@@ -150,7 +123,7 @@ def test_concurrent_writers_on_one_key_exactly_one_wins(stock):
     bootstrap = stock.bootstrap_servers
     topic = keyed_topic(bootstrap, "emk-race")
     with emulated_producer(bootstrap, unique("w")) as p:
-        assert produced(p, topic, b"acct", b"open", KEY_ABSENT, partition=0)[0] is None
+        assert key_produced(p, topic, b"acct", b"open", KEY_ABSENT, partition=0)[0] is None
     writers = 4
     barrier = threading.Barrier(writers)
     outcomes: list = [None] * writers
@@ -158,21 +131,14 @@ def test_concurrent_writers_on_one_key_exactly_one_wins(stock):
     def write(i: int) -> None:
         with emulated_producer(bootstrap, unique(f"w{i}")) as p:
             # the index is built before the race (the writer's first condition)
-            assert produced(p, topic, b"own-%d" % i, b"x", KEY_ABSENT, partition=0)[0] is None
+            assert key_produced(p, topic, b"own-%d" % i, b"x", KEY_ABSENT, partition=0)[0] is None
             barrier.wait(30)
-            outcomes[i] = produced(p, topic, b"acct", b"debit-%d" % i, 0, partition=0)
+            outcomes[i] = key_produced(p, topic, b"acct", b"debit-%d" % i, 0, partition=0)
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    winners = [o for o in outcomes if o[0] is None]
-    assert len(winners) == 1, outcomes
-    for err, _, _, _ in (o for o in outcomes if o[0] is not None):
-        assert err.code() == KEY_OFFSET_MISMATCH and err.actual == winners[0][2]
-    debits = [v for _, _, k, v in read_back(bootstrap, topic) if k == b"acct"]
-    assert len(debits) == 2 and debits[0] == b"open"
+    in_threads(writers, write, 90)
+    winner = one_winner(outcomes)
+    acct = [(o, v) for _, o, k, v in read_back(bootstrap, topic) if k == b"acct"]
+    assert acct == [(0, b"open"), (winner[2], acct[1][1])]
 
 
 def test_writers_on_different_keys_of_one_partition_never_conflict(stock):
@@ -185,36 +151,18 @@ def test_writers_on_different_keys_of_one_partition_never_conflict(stock):
         with emulated_producer(bootstrap, unique(f"w{i}")) as p:
             last = KEY_ABSENT
             for r in range(rounds):
-                err, _, offset, _ = produced(p, topic, b"key-%d" % i, b"%d" % r, last,
+                err, _, offset, _ = key_produced(p, topic, b"key-%d" % i, b"%d" % r, last,
                                              partition=0)
                 if err is not None:
                     errors.append(err)
                     return
                 last = offset
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
+    in_threads(writers, write)
     assert errors == []
     got = read_back(bootstrap, topic)
     for i in range(writers):
         assert [v for _, _, k, v in got if k == b"key-%d" % i] == [b"0", b"1", b"2", b"3"]
-
-
-_DYING_WRITER = textwrap.dedent("""
-    import sys
-    from confluent_kafka import Producer
-    bootstrap, topic, txn_id = sys.argv[1:4]
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
-    p.init_transactions(20)
-    p.begin_transaction()
-    p.produce(topic, b"never", b"k", partition=0)
-    p.flush(20)
-    print("open", flush=True)
-    sys.stdin.read()  # hold the transaction open until killed
-""")
 
 
 def test_restart_rebuilds_the_same_index_and_a_dead_writer_never_counts(stock):
@@ -225,30 +173,24 @@ def test_restart_rebuilds_the_same_index_and_a_dead_writer_never_counts(stock):
     topic = keyed_topic(bootstrap, "emk-restart")
     writer = unique("writer")
     with emulated_producer(bootstrap, writer) as p:
-        assert produced(p, topic, b"k", b"v0", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
-        assert produced(p, topic, b"t", b"x", KEY_ABSENT, partition=0)[:3] == (None, 0, 2)
-        assert produced(p, topic, b"t", None, 2, partition=0)[:3] == (None, 0, 4)  # tombstone
+        assert key_produced(p, topic, b"k", b"v0", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
+        assert key_produced(p, topic, b"t", b"x", KEY_ABSENT, partition=0)[:3] == (None, 0, 2)
+        assert key_produced(p, topic, b"t", None, 2, partition=0)[:3] == (None, 0, 4)  # tombstone
     aborted = StockProducer({"bootstrap.servers": bootstrap, "transactional.id": unique("a")})
     aborted.init_transactions(20)
     aborted.begin_transaction()
     aborted.produce(topic, b"aborted", b"k", partition=0)
     aborted.flush(20)
     aborted.abort_transaction(20)
-    dying = subprocess.Popen([sys.executable, "-c", _DYING_WRITER, bootstrap, topic, writer],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert dying.stdout.readline() == b"open\n"
-    finally:
-        os.kill(dying.pid, signal.SIGKILL)
-        dying.wait(10)
+    kill_9_when_open(DYING_KEYED_WRITER, bootstrap, topic, writer)
     with emulated_producer(bootstrap, writer) as p:
-        err, _, _, _ = produced(p, topic, b"k", b"stale", KEY_ABSENT, partition=0)
+        err, _, _, _ = key_produced(p, topic, b"k", b"stale", KEY_ABSENT, partition=0)
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 0)
-        err, _, _, _ = produced(p, topic, b"t", b"stale", 2, partition=0)
+        err, _, _, _ = key_produced(p, topic, b"t", b"stale", 2, partition=0)
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, KEY_ABSENT)
-        err, _, k1, _ = produced(p, topic, b"k", b"v1", 0, partition=0)
+        err, _, k1, _ = key_produced(p, topic, b"k", b"v1", 0, partition=0)
         assert err is None
-        assert produced(p, topic, b"t", b"again", KEY_ABSENT, partition=0)[0] is None
+        assert key_produced(p, topic, b"t", b"again", KEY_ABSENT, partition=0)[0] is None
     got = read_back(bootstrap, topic)
     assert [(k, v) for _, _, k, v in got] == [(b"k", b"v0"), (b"t", b"x"), (b"t", None),
                                               (b"k", b"v1"), (b"t", b"again")]
@@ -273,16 +215,16 @@ def test_compaction_between_writes_changes_no_answer():
             plain.produce(topic, b"filler" + b"-" * 40, b"f%d" % i, partition=0)
         assert plain.flush(20) == 0
         with emulated_producer(bootstrap, unique("w")) as p:
-            before = produced(p, topic, b"hot", b"?", KEY_ABSENT, partition=0)[0]
+            before = key_produced(p, topic, b"hot", b"?", KEY_ABSENT, partition=0)[0]
             assert before.code() == KEY_OFFSET_MISMATCH and before.actual == 59
             log = b.broker.logs.get_log(topic, 0)
             assert log.compact().segments_cleaned > 0
             log.compact()  # (the tombstone's own segment, now that the horizon passed)
         with emulated_producer(bootstrap, unique("w")) as p:  # a new index, read compacted
-            err = produced(p, topic, b"hot", b"?", KEY_ABSENT, partition=0)[0]
+            err = key_produced(p, topic, b"hot", b"?", KEY_ABSENT, partition=0)[0]
             assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 59)
-            assert produced(p, topic, b"tomb", b"back", KEY_ABSENT, partition=0)[0] is None
-            assert produced(p, topic, b"hot", b"next", 59, partition=0)[0] is None
+            assert key_produced(p, topic, b"tomb", b"back", KEY_ABSENT, partition=0)[0] is None
+            assert key_produced(p, topic, b"hot", b"next", 59, partition=0)[0] is None
         got = read_back(bootstrap, topic)
         assert [o for _, o, k, _ in got if k == b"hot"][0] == 59  # the cleaner ran
         assert [v for _, _, k, v in got if k == b"tomb"] == [b"back"]
@@ -293,12 +235,12 @@ def test_a_partition_count_change_refuses_every_condition(stock):
     topic = keyed_topic(bootstrap, "emk-grow", 2)
     with emulated_producer(bootstrap, unique("w"),
                            topic_metadata_refresh_interval_ms=100) as p:
-        err, _, offset, _ = produced(p, topic, b"k", b"1", KEY_ABSENT)
+        err, _, offset, _ = key_produced(p, topic, b"k", b"1", KEY_ABSENT)
         assert err is None
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
         for _ in range(2):  # whether the producer still partitions with 2 or already with 4
-            err = produced(p, topic, b"k", b"2", offset)[0]
+            err = key_produced(p, topic, b"k", b"2", offset)[0]
             assert err.code() == ec.PARTITION_COUNT_MISMATCH, err
             assert "partition count change" in err.str()
     assert len(read_back(bootstrap, topic, 4)) == 1
@@ -313,19 +255,19 @@ def test_a_topic_whose_retention_can_age_a_key_out_is_refused_unless_allowed(sto
     bootstrap = stock.bootstrap_servers
     topic = new_topic(bootstrap, "emk-retention")
     with emulated_producer(bootstrap, unique("w")) as p:
-        err = produced(p, topic, b"k", b"v", KEY_ABSENT, partition=0)[0]
+        err = key_produced(p, topic, b"k", b"v", KEY_ABSENT, partition=0)[0]
         assert err.code() == KafkaError.INVALID_CONFIG
         assert "retention.ms" in err.str() and "kip.emulation.key.retention" in err.str()
     assert read_back(bootstrap, topic) == []
     with emulated_producer(bootstrap, unique("w"), **{"kip.emulation.key.retention": True}) as p:
-        assert produced(p, topic, b"k", b"v", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
-        assert produced(p, topic, b"other", b"v", KEY_ABSENT, partition=0)[:3] == (None, 0, 2)
+        assert key_produced(p, topic, b"k", b"v", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
+        assert key_produced(p, topic, b"other", b"v", KEY_ABSENT, partition=0)[:3] == (None, 0, 2)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         [deleted] = admin.delete_records([TopicPartition(topic, 0, 1)]).values()
         deleted.result(20)  # k's record at 0 is gone
-        err = produced(p, topic, b"k", b"again", 0, partition=0)[0]
+        err = key_produced(p, topic, b"k", b"again", 0, partition=0)[0]
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, KEY_ABSENT)
-        assert produced(p, topic, b"k", b"again", KEY_ABSENT, partition=0)[0] is None
+        assert key_produced(p, topic, b"k", b"again", KEY_ABSENT, partition=0)[0] is None
 
 
 def test_a_zombie_writer_never_commits(stock):
@@ -337,12 +279,12 @@ def test_a_zombie_writer_never_commits(stock):
     writer = unique("writer")
     zombie = emulated_producer(bootstrap, writer)
     try:
-        assert produced(zombie, topic, b"k", b"v0", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
+        assert key_produced(zombie, topic, b"k", b"v0", KEY_ABSENT, partition=0)[:3] == (None, 0, 0)
         with emulated_producer(bootstrap, writer) as owner:
-            assert produced(owner, topic, b"other", b"x", KEY_ABSENT, partition=0)[0] is None
-            err = produced(zombie, topic, b"k", b"zombie", 0, partition=0)[0]
+            assert key_produced(owner, topic, b"other", b"x", KEY_ABSENT, partition=0)[0] is None
+            err = key_produced(zombie, topic, b"k", b"zombie", 0, partition=0)[0]
             assert err is not None and err.code() != KEY_OFFSET_MISMATCH, err
-            assert produced(owner, topic, b"k", b"v1", 0, partition=0)[0] is None
+            assert key_produced(owner, topic, b"k", b"v1", 0, partition=0)[0] is None
     finally:
         zombie.close()
     assert [(k, v) for _, _, k, v in read_back(bootstrap, topic)] == [
@@ -361,11 +303,11 @@ def test_retry_after_a_lost_acknowledgement_writes_once():
             bootstrap = b.bootstrap_servers
             topic = keyed_topic(bootstrap, "emk-cut")
             with emulated_producer(bootstrap, unique("w")) as p:
-                assert produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
+                assert key_produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
                 proxy.drop_next_produce_response()
-                assert produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)[:3] == (
+                assert key_produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)[:3] == (
                     None, 0, 2)
-                err = produced(p, topic, b"k", b"twice", KEY_ABSENT, partition=0)[0]
+                err = key_produced(p, topic, b"k", b"twice", KEY_ABSENT, partition=0)[0]
                 assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 2)
             assert proxy.dropped.is_set(), "the proxy never cut the response"
             assert [(o, k) for _, o, k, _ in read_back(bootstrap, topic)] == [(0, b"head"),
@@ -390,8 +332,8 @@ def test_the_index_topic_gives_the_same_answers_reading_only_the_tail(stock):
     assert plain.flush(20) == 0
     config = {"kip.emulation.key.index.topic": index_topic}
     with emulated_producer(bootstrap, unique("w"), **config) as p:
-        assert produced(p, topic, b"k1", b"new", 181, partition=0)[:3] == (None, 0, 200)
-        assert produced(p, topic, b"k2", None, 182, partition=0)[:3] == (None, 0, 202)
+        assert key_produced(p, topic, b"k1", b"new", 181, partition=0)[:3] == (None, 0, 200)
+        assert key_produced(p, topic, b"k2", None, 182, partition=0)[:3] == (None, 0, 202)
         assert emulation_of(p).key_records_read == 200
     plain.produce(topic, b"after", b"k3", partition=0)  # at 204, after the checkpoint
     plain.produce(topic, None, b"k4", partition=0)      # a tombstone at 205
@@ -403,7 +345,7 @@ def test_the_index_topic_gives_the_same_answers_reading_only_the_tail(stock):
             got = []
             for key, expected in ((b"k1", 0), (b"k2", 0), (b"k3", 0), (b"k4", 0), (b"k5", 0),
                                   (b"zz", 0)):
-                err = produced(p, topic, key, b"?", expected, partition=0)[0]
+                err = key_produced(p, topic, key, b"?", expected, partition=0)[0]
                 got.append((key, err.actual))
             answers[with_index] = got
             read = emulation_of(p).key_records_read

@@ -148,12 +148,7 @@ def read_committed(connection: Mapping[str, Any], topic: str, partition: int, st
                     f"{position} of {end} for {timeout_s:.0f} s"))
             for answer in answers:
                 for batch in answer.batches:
-                    if batch.framed:
-                        rows.add_framed(batch.records, batch.min_offset, end)
-                    else:
-                        rows.add_records(batch.records, batch.count, batch.base_offset,
-                                         batch.base_timestamp, batch.log_append_time,
-                                         batch.max_timestamp, batch.min_offset, end)
+                    batch.decode_into(rows, end)
                     if rows.rows >= FOLD_ROWS:
                         take(rows.finish())
                 # (an answer at the stable end with nothing after it: compacted or deleted
