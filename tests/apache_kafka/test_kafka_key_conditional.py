@@ -13,12 +13,15 @@ librdkafka and by Kafka's Java consumer.
   answers as a full read does.
 * Failover: a writer fenced by a new owner with its id (a zombie) never commits.
 * A partition count change refuses every condition.
+* Kafka's cleaner compacting the partition and removing a tombstone between two writers
+  changes no answer.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 
 from confluent_kafka import Producer as StockProducer
@@ -27,7 +30,7 @@ from kafka_cluster import KafkaCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kip"))
 from emulated_support import DYING_KEYED_WRITER, kill_9_when_open  # noqa: E402
-from kafka_support import read_both
+from kafka_support import rdkafka_read, read_both
 from kip_support import in_threads, one_winner  # noqa: E402
 from scenario_support import unique
 
@@ -207,3 +210,37 @@ def test_takeover_through_the_index_topic_answers_as_a_full_read(kafka3: KafkaCl
         (b"k1", 100), (b"k2", KEY_ABSENT), (b"k3", 104), (b"k5", 95), (b"zz", KEY_ABSENT)]
     entries = read_both(kafka3, index_topic, 1)[0]
     assert entries and all(k.startswith((b"k", b"c")) for _, k, _ in entries)
+
+
+def test_compaction_and_a_cleaned_tombstone_change_no_answer(kafka3: KafkaCluster) -> None:
+    """Kafka's own cleaner runs between two writers: the key written over and over keeps only
+    its last record, and the tombstone is removed; a writer before and one after the
+    cleaning give the same answers."""
+    topic = kafka3.unique_topic("keycond-compact", config={
+        "cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0", "min.compaction.lag.ms": "0"})
+    plain = StockProducer({"bootstrap.servers": kafka3.bootstrap, "enable.idempotence": True})
+    for i in range(30):
+        plain.produce(topic, b"%d" % i, b"hot", partition=0)
+    plain.produce(topic, b"gone", b"tomb", partition=0)
+    plain.produce(topic, None, b"tomb", partition=0)
+    assert plain.flush(60) == 0
+
+    def answers() -> list:
+        with emulated(kafka3.bootstrap) as p:
+            return [(key, produced(p, topic, key, b"?", 0, partition=0)[0].actual)
+                    for key in (b"hot", b"tomb")]
+
+    before = answers()
+    assert before == [(b"hot", 29), (b"tomb", KEY_ABSENT)]
+    deadline = time.monotonic() + 60
+    while True:  # new records roll the segments (segment.ms) and keep the cleaner busy
+        plain.produce(topic, b"roll", b"roll", partition=0)
+        assert plain.flush(60) == 0
+        log = rdkafka_read(kafka3.bootstrap, topic, 1)[0]
+        keys = [k for _, k, _ in log]
+        if keys.count(b"hot") == 1 and b"tomb" not in keys:
+            break
+        assert time.monotonic() < deadline, f"Kafka's cleaner did not run: {keys[:40]}"
+        time.sleep(1)
+    assert answers() == before
