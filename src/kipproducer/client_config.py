@@ -344,7 +344,19 @@ PROPERTIES: tuple[Property, ...] = (
     _p("kip.emulation.transactional.id", KIP, parse_text, "",
        "emulated `offset=`: the transactional id of this writer, the same across its restarts "
        "(a restarted writer fences its predecessor and aborts its open transaction before "
-       "reading the log end); empty refuses emulated `offset=`"),
+       "reading the log end); empty refuses emulated `offset=`. Emulated "
+       "`expected_key_offset=`: the writer's id too (empty: a random one)"),
+    _p("kip.emulation.key.retention", KIP, parse_bool, False,
+       "emulated `expected_key_offset=` on a topic whose cleanup policy deletes records by "
+       "age or size (`delete` with a finite `retention.ms` or `retention.bytes`): refused "
+       "unless `true`; then a key whose last record was deleted answers as absent, as in "
+       "native mode ([per-key-conditional.md](per-key-conditional.md))"),
+    _p("kip.emulation.key.index.topic", KIP, parse_text, "",
+       "emulated `expected_key_offset=`: a compacted topic (created when missing) where each "
+       "conditional transaction also writes the key answers that changed and a checkpoint, "
+       "so a new writer reads that and the partition's tail instead of the whole partition "
+       "([per-key-conditional.md](per-key-conditional.md)); empty: a new writer reads the "
+       "partition"),
     _p("kip.emulation.probe.topic", KIP, parse_text, "kip-emulation-probe",
        "emulated mode: the topic the capability probe writes one aborted record to (created "
        "with one partition when missing)"),

@@ -491,6 +491,13 @@ class Producer(confluent_kafka.Producer):
         for _, key, _, _, _, expected, _ in rows:
             if expected is not None and expected != NO_KEY_CONDITION:
                 self._check_key_condition(None, None, key, expected)
+        emulated = self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated"
+        if emulated and self._txn is not None:
+            raise KafkaException(KafkaError(
+                KafkaError._NOT_IMPLEMENTED,
+                f"expected_key_offset= to {topic!r} is emulated (its brokers lack "
+                "kip.produce.key.conditional): each condition is its own transaction of the "
+                "emulation's writer, which cannot join this producer's transaction"))
         if self._txn is not None:
             self._txn.check_produce()
         engine = self._engine_or_start()
@@ -511,6 +518,11 @@ class Producer(confluent_kafka.Producer):
         for part, group in groups.items():
             _check_fits_one_batch(topic, part, group, acc.batch_size, acc.batch_num_messages,
                                   engine.config.message_max_bytes)
+        if emulated:  # each partition's records in a transaction of the emulation's writer
+            for part, group in groups.items():
+                _stock.key_conditional(self._emulation_or_start(), topic, part, group, target,
+                                       total)
+            return len(rows)
         self._enter_lane(topic, ENGINE, 0)
         need = sum(_row_bytes(row) for row in rows)
         deadline = time.monotonic() + engine.config.delivery_timeout_ms / 1000
@@ -654,6 +666,12 @@ class Producer(confluent_kafka.Producer):
             partition = -1
         if expected_key is not None:
             self._check_key_condition(offset, expected, key, expected_key)
+            if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
+                return self._append_conditional(
+                    topic, [(partition, key, value, get("headers"), get("timestamp"),
+                             expected_key, None)],
+                    ReportTarget(get("on_delivery") or get("callback")
+                                 or state.default_on_delivery, True))
         elif offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
             if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":

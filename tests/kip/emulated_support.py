@@ -4,11 +4,17 @@ levels."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from confluent_kafka.admin import AdminClient, NewTopic
 from kip_support import create_topic, kip_producer, read_confluent, unique
 
 from kipproducer.stock.plan import FILLER_HEADER
@@ -92,3 +98,39 @@ def race_conditional_writers(make_producer: Callable[[], Any], topic: str,
                                   for i, v in enumerate(values)]
     starts = [first for first, _ in wins]
     assert len(set(starts)) == len(starts)
+def keyed_topic(bootstrap: str, prefix: str, partitions: int = 1) -> str:
+    """A topic that keeps every key's last record (retention.ms=-1): what emulated key
+    conditions take without kip.emulation.key.retention."""
+    topic = unique(prefix)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config={"retention.ms": "-1"})]
+                        )[topic].result(20)
+    return topic
+
+
+def kill_9_when_open(script: str, *args: str) -> None:
+    """Run a writer ``script`` in a process of its own, and kill -9 it once it prints "open"
+    (its transaction is open, with what the script wrote in it)."""
+    dying = subprocess.Popen([sys.executable, "-c", script, *args],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert dying.stdout is not None and dying.stdout.readline() == b"open\n"
+    finally:
+        os.kill(dying.pid, signal.SIGKILL)
+        dying.wait(30)
+
+
+#: A writer (args: bootstrap, topic, transactional id) that writes b"never" with key b"k" to
+#: partition 0 in a transaction and holds it open until killed.
+DYING_KEYED_WRITER = textwrap.dedent("""
+    import sys
+    from confluent_kafka import Producer
+    bootstrap, topic, txn_id = sys.argv[1:4]
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    p.init_transactions(60)
+    p.begin_transaction()
+    p.produce(topic, b"never", b"k", partition=0)
+    p.flush(60)
+    print("open", flush=True)
+    sys.stdin.read()  # hold the transaction open until killed
+""")

@@ -41,8 +41,9 @@ from producer_support import (  # noqa: E402
 
 __all__ = [
     "KipProcess", "ProduceWatchProxy", "Rec", "TansuBroker", "TcpProxy", "create_topic",
-    "kip_producer", "race_writer", "read_confluent", "read_kafka_python", "tansu_binary",
-    "unique", "wait_until", "watermarks",
+    "KeyReports", "in_threads", "kip_producer", "key_produced", "one_winner", "race_writer",
+    "read_confluent",
+    "read_kafka_python", "tansu_binary", "unique", "wait_until", "watermarks",
 ]
 
 PRODUCE = 0
@@ -225,3 +226,48 @@ def race_writer(bootstrap: str, topic: str, writer: int, rounds: int, k: int,
     except BaseException as exc:  # reported to the test, which fails on it
         out["error"] = repr(exc)
     results.put(out)
+
+
+class KeyReports:
+    """Delivery reports as (error, partition, offset, key) in the order they came (the
+    per-key conditional tests)."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self.lock = threading.Lock()
+
+    def __call__(self, err, msg) -> None:
+        with self.lock:
+            self.items.append((err, msg.partition(), msg.offset(), msg.key()))
+
+
+def key_produced(p, topic, key, value, expected, **kw):
+    """One record with ``expected_key_offset=expected``, flushed: its report as KeyReports
+    holds it."""
+    reports = KeyReports()
+    p.produce(topic, value, key, expected_key_offset=expected, on_delivery=reports, **kw)
+    assert p.flush(20) == 0
+    [report] = reports.items
+    return report
+
+
+def in_threads(count: int, target, timeout: float = 90.0) -> None:
+    """``target(i)`` for i in range(count), each in a thread of its own, all joined."""
+    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+
+
+def one_winner(outcomes: list) -> tuple:
+    """The one report without an error among racing writers' reports ((error, partition,
+    offset, ...)); every other one must be KEY_OFFSET_MISMATCH naming the winner's offset."""
+    from kipproducer.errors import KEY_OFFSET_MISMATCH
+
+    winners = [o for o in outcomes if o[0] is None]
+    assert len(winners) == 1, outcomes
+    for o in outcomes:
+        if o[0] is not None:
+            assert (o[0].code(), o[0].actual) == (KEY_OFFSET_MISMATCH, winners[0][2]), o
+    return winners[0]

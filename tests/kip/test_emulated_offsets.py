@@ -10,10 +10,6 @@ Offsets below the log end are refused as in native mode.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -25,6 +21,7 @@ from emulated_support import (
     committed,
     emulated_producer,
     is_filler,
+    kill_9_when_open,
     new_topic,
     now_ms,
     uncommitted,
@@ -193,18 +190,6 @@ def test_auto_mode_per_broker(stock, broker):
         assert p.kip_mode(new_topic(broker.bootstrap_servers, "native-auto")) == "native"
     with kip_producer(stock, **{"kip.mode": "native"}) as p:
         assert p.kip_mode("anything") == "native"
-
-
-def kill_9_when_open(script: str, *args: str) -> None:
-    """Run a writer ``script`` in a process of its own, and kill -9 it once it prints "open"
-    (its transaction is open, with what the script wrote in it)."""
-    dying = subprocess.Popen([sys.executable, "-c", script, *args],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert dying.stdout.readline() == b"open\n"
-    finally:
-        os.kill(dying.pid, signal.SIGKILL)
-        dying.wait(10)
 
 
 _DYING_WRITER = textwrap.dedent("""

@@ -10,7 +10,16 @@ import threading
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from kip_support import create_topic, kip_producer, read_confluent, unique
+from kip_support import (
+    KeyReports,
+    create_topic,
+    in_threads,
+    key_produced,
+    kip_producer,
+    one_winner,
+    read_confluent,
+    unique,
+)
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.errors import (
@@ -22,33 +31,13 @@ from kipproducer.errors import (
 from kipproducer.protocol import error_codes as ec
 
 
-class Reports:
-    """Delivery reports as (error, partition, offset, key) in the order they came."""
-
-    def __init__(self) -> None:
-        self.items: list = []
-        self.lock = threading.Lock()
-
-    def __call__(self, err, msg) -> None:
-        with self.lock:
-            self.items.append((err, msg.partition(), msg.offset(), msg.key()))
-
-
-def produced(p, topic, key, value, expected, **kw):
-    reports = Reports()
-    p.produce(topic, value, key, expected_key_offset=expected, on_delivery=reports, **kw)
-    assert p.flush(15) == 0
-    [report] = reports.items
-    return report
-
-
 def test_produce_absent_then_present_and_the_actual_offset(broker):
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("key-produce"), 3)
     with kip_producer(bootstrap) as p:
-        err, partition, offset, _ = produced(p, topic, b"order-7", b"created", KEY_ABSENT)
+        err, partition, offset, _ = key_produced(p, topic, b"order-7", b"created", KEY_ABSENT)
         assert err is None
-        err, again_partition, _, _ = produced(p, topic, b"order-7", b"created", KEY_ABSENT)
+        err, again_partition, _, _ = key_produced(p, topic, b"order-7", b"created", KEY_ABSENT)
         # the partitioner puts the key where it was: the broker knows its last offset
         assert again_partition == partition
         assert isinstance(err, KeyConditionKafkaError)
@@ -57,7 +46,7 @@ def test_produce_absent_then_present_and_the_actual_offset(broker):
         assert (err.expected, err.actual) == (KEY_ABSENT, offset)
         assert not err.retriable()
         assert f"{topic}[{partition}]" in err.str() and "actual" in err.str()
-        err, _, paid, _ = produced(p, topic, b"order-7", b"paid", offset)
+        err, _, paid, _ = key_produced(p, topic, b"order-7", b"paid", offset)
         assert err is None and paid == offset + 1
     log = [(r.key, r.value) for r in read_confluent(bootstrap, topic, 3, expected=2)]
     assert log == [(b"order-7", b"created"), (b"order-7", b"paid")]
@@ -83,7 +72,7 @@ def test_call_refuses_what_cannot_be_conditioned(broker):
 def test_produce_batch_conditions_of_a_partition_succeed_or_fail_together(broker):
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("key-batch"), 2)
-    reports = Reports()
+    reports = KeyReports()
     with kip_producer(bootstrap) as p:
         first = [{"key": b"a", "value": b"1", "expected_key_offset": KEY_ABSENT},
                  {"key": b"b", "value": b"1", "expected_key_offset": KEY_ABSENT},
@@ -117,7 +106,7 @@ def test_produce_batch_conditions_of_a_partition_succeed_or_fail_together(broker
 def test_produce_arrays_expected_key_offsets(broker):
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("key-arrays"))
-    reports = Reports()
+    reports = KeyReports()
     batch_reports: list = []
     with kip_producer(bootstrap) as p:
         keys = [b"k%d" % i for i in range(100)]
@@ -150,7 +139,7 @@ def test_concurrent_writers_on_one_key_exactly_one_wins(broker):
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("key-race"))
     with kip_producer(bootstrap) as p:
-        assert produced(p, topic, b"acct", b"open", KEY_ABSENT, partition=0)[0] is None
+        assert key_produced(p, topic, b"acct", b"open", KEY_ABSENT, partition=0)[0] is None
     writers = 6
     barrier = threading.Barrier(writers)
     outcomes: list = [None] * writers
@@ -160,24 +149,17 @@ def test_concurrent_writers_on_one_key_exactly_one_wins(broker):
             p.produce(topic, b"warm-up", b"other-%d" % i, partition=0)
             p.flush(15)
             barrier.wait(30)
-            outcomes[i] = produced(p, topic, b"acct", b"debit-%d" % i, 0, partition=0)
+            outcomes[i] = key_produced(p, topic, b"acct", b"debit-%d" % i, 0, partition=0)
 
-    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    winners = [o for o in outcomes if o[0] is None]
-    assert len(winners) == 1
-    for err, _, _, _ in (o for o in outcomes if o[0] is not None):
-        assert err.code() == KEY_OFFSET_MISMATCH and err.actual == winners[0][2]
+    in_threads(writers, write, 60)
+    one_winner(outcomes)
 
 
 def test_a_broker_without_the_feature_gets_nothing():
     with EmbeddedBroker(config={"kip.wire.version": 2}) as older:
         topic = create_topic(older.bootstrap_servers, unique("key-old"))
         with kip_producer(older.bootstrap_servers) as p:
-            err, _, _, _ = produced(p, topic, b"k", b"v", KEY_ABSENT, partition=0)
+            err, _, _, _ = key_produced(p, topic, b"k", b"v", KEY_ABSENT, partition=0)
         assert err.code() == KafkaError._UNSUPPORTED_FEATURE
         assert "kip.produce.key.conditional" in err.str()
         assert read_confluent(older.bootstrap_servers, topic, 1, expected=0, timeout=2) == []
@@ -191,9 +173,9 @@ def test_retry_after_lost_response(proxied_broker, idempotent):
     b, proxy = proxied_broker
     topic = create_topic(b.bootstrap_servers, unique("key-cut"))
     with kip_producer(b.bootstrap_servers, enable_idempotence=idempotent) as p:
-        assert produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
+        assert key_produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
         proxy.drop_next_produce_response()
-        err, _, offset, _ = produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)
+        err, _, offset, _ = key_produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)
         if idempotent:
             assert (err, offset) == (None, 1)
         else:
@@ -208,7 +190,7 @@ def test_a_failed_condition_fails_its_transaction(broker):
     commit raises, the caller aborts, nothing of it is visible to read_committed."""
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("key-txn"))
-    reports = Reports()
+    reports = KeyReports()
     with kip_producer(bootstrap, transactional_id=unique("txn")) as p:
         p.init_transactions(15)
         p.begin_transaction()
@@ -238,12 +220,12 @@ def test_partition_count_change_refuses_every_condition(broker):
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, unique("key-grow"), 2)
     with kip_producer(bootstrap, topic_metadata_refresh_interval_ms=100) as p:
-        err, partition, offset, _ = produced(p, topic, b"k", b"1", KEY_ABSENT)
+        err, partition, offset, _ = key_produced(p, topic, b"k", b"1", KEY_ABSENT)
         assert err is None
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_partitions([NewPartitions(topic, 4)])[topic].result(15)
         for _ in range(2):  # whether the producer still partitions with 2 or already with 4
-            err, _, _, _ = produced(p, topic, b"k", b"2", offset)
+            err, _, _, _ = key_produced(p, topic, b"k", b"2", offset)
             assert err.code() == ec.PARTITION_COUNT_MISMATCH, err
             assert "key.conditional.partitions" in err.str()
     assert len(read_confluent(bootstrap, topic, 4, expected=1)) == 1

@@ -42,12 +42,7 @@ def answer(codecs: list[str | None], per_batch: int = 50) -> tuple[bytes, list[t
 def decoded(blob: bytes, start: int, end: int, headers: bool = True) -> list[tuple]:
     rows = ArrowRows(headers)
     for batch in walk(blob, start).batches:
-        if batch.framed:
-            rows.add_framed(batch.records, batch.min_offset, end)
-        else:
-            rows.add_records(batch.records, batch.count, batch.base_offset,
-                             batch.base_timestamp, batch.log_append_time,
-                             batch.max_timestamp, batch.min_offset, end)
+        batch.decode_into(rows, end)
     table = to_record_batch(rows.finish(), "topic-a", 4, arrow_schema(headers)).to_pylist()
     assert all(r["topic"] == "topic-a" and r["partition"] == 4 for r in table)
     return [(r["offset"], r["key"], r["value"],

@@ -60,6 +60,16 @@ class SourceBatch:
     min_offset: int
     next_offset: int  # base offset + last offset delta + 1
 
+    def decode_into(self, rows: Any, end_offset: int) -> None:
+        """Append the records of [min_offset, end_offset) to ``rows`` (an ArrowRows: every
+        record's offset, timestamp, key, value and headers decoded in C)."""
+        if self.framed:
+            rows.add_framed(self.records, self.min_offset, end_offset)
+        else:
+            rows.add_records(self.records, self.count, self.base_offset, self.base_timestamp,
+                             self.log_append_time, self.max_timestamp, self.min_offset,
+                             end_offset)
+
 
 @dataclass(slots=True)
 class Walked:

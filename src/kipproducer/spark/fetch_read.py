@@ -148,12 +148,7 @@ def read_range(props: Mapping[str, str], part: OffsetRange, *, isolation: str,
             last_progress = time.monotonic()
             for answer in answers:
                 for batch in answer.batches:
-                    if batch.framed:
-                        rows.add_framed(batch.records, batch.min_offset, part.end)
-                    else:
-                        rows.add_records(batch.records, batch.count, batch.base_offset,
-                                         batch.base_timestamp, batch.log_append_time,
-                                         batch.max_timestamp, batch.min_offset, part.end)
+                    batch.decode_into(rows, part.end)
                     if rows.rows >= BATCH_ROWS or rows.data_bytes >= BATCH_BYTES:
                         yield to_record_batch(rows.finish(), part.topic, part.partition,
                                               schema)

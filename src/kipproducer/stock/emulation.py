@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,7 +31,15 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
-from ..errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH, ProduceOffsetKafkaError
+from ..errors import (
+    INVALID_PRODUCE_OFFSET,
+    KEY_ABSENT,
+    OFFSET_MISMATCH,
+    ProduceOffsetKafkaError,
+)
+from ..protocol import error_codes as ec
+from . import key_index
+from .key_index import PartitionKeys
 from .log_ends import ConsumerLogEnds, LogEnds, log_ends_reader
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
@@ -137,7 +146,8 @@ class Emulation:
     def __init__(self, conf: Mapping[str, Any], *, transactional_id: str, probe_topic: str,
                  engine_transactions: EngineTransactions, timeout_s: float = 60.0,
                  bulk_send: BulkSend | None = None,
-                 bulk_settle: BulkSettle | None = None) -> None:
+                 bulk_settle: BulkSettle | None = None, key_retention: bool = False,
+                 key_index_topic: str = "") -> None:
         self._connection = with_logger(connection_of(conf))
         self._engine_txns = engine_transactions
         self._probe_topic = probe_topic
@@ -167,6 +177,24 @@ class Emulation:
         self._sent: dict[tuple[str, int], list[_Sent]] = {}
         #: gap transactions written (one per round of gaps, shared by its partitions)
         self.gap_transactions = 0
+        # per-key conditions: each partition's key index (built at its first condition)
+        self._key_indexes: dict[tuple[str, int], PartitionKeys] = {}
+        # per topic: its partition count at this writer's first key condition
+        self._key_partitions: dict[str, int] = {}
+        # kip.emulation.key.retention, and per topic whether retention can delete a key's
+        # last record (then a last offset below the log start answers absent)
+        self._key_retention = key_retention
+        self._key_topics_aging: dict[str, bool] = {}
+        self._admin: Any = None
+        # kip.emulation.key.index.topic and its partition count (None: not yet asked)
+        self._key_index_topic = key_index_topic
+        self._key_index_partitions: int | None = None
+        #: conditional appends aborted because another writer's record landed first (each
+        #: is followed by a re-read of the index and a new check)
+        self.key_retries = 0
+        #: records of conditioned partitions read into key indexes (a takeover through the
+        #: index topic reads only the partitions' tails)
+        self.key_records_read = 0
 
     # ---- what the Producer calls ----------------------------------------------------------
 
@@ -284,6 +312,210 @@ class Emulation:
             self._fail(parts, error)
             return
         self._conditional(topic, partition, parts, expected)
+
+    def key_conditional(self, topic: str, partition: int, parts: list[Rows],
+                        expected: list[int | None], partitions: int) -> None:
+        """A call's records of one partition, some with a key condition (``expected``: one
+        entry per record, None for none): appended together in one transaction, committed
+        only when every condition holds against this writer's key index and the records
+        landed right where the index ends (nothing else was appended since it was brought
+        up to date); else aborted, the index brought up to date and the conditions checked
+        again (docs/per-key-conditional.md, "Emulated mode")."""
+        self.probe()
+        key = (topic, partition)
+        self._drain(key, final=True)
+        error = self._settle(key)
+        keys = [part.row(i)[0] for part in parts for i in range(len(part))]
+        if error is not None:
+            self._report(parts, [(e, None) for e in key_index.batch_failed(
+                topic, partition, keys, expected, error.code(), error.str())])
+            return
+        try:
+            outcomes = self._key_conditional(key, parts, keys, expected, partitions)
+        except KafkaException as exc:
+            self._key_indexes.pop(key, None)  # what was committed is not known: read again
+            err = exc.args[0]
+            outcomes = [(e, None) for e in key_index.batch_failed(
+                topic, partition, keys, expected, err.code(), f"expected_key_offset=: "
+                f"{err.str()}", retriable=err.retriable())]
+        self._report(parts, outcomes)
+
+    def _key_conditional(self, key: tuple[str, int], parts: list[Rows], keys: list,
+                         expected: list[int | None], partitions: int) -> list:
+        topic, partition = key
+        checks = [(i, key_index.key_bytes(k), e)
+                  for i, (k, e) in enumerate(zip(keys, expected, strict=True)) if e is not None]
+        producer = self._txn_producer()  # (a configured id fences its predecessor first)
+        reader = self._reader()
+        deadline = time.monotonic() + self._timeout
+        aging = self._key_topic_aging(topic)
+        now = reader.partition_count(topic)
+        while True:
+            index = self._key_index(key)
+            # the count now, the one the record was partitioned with, and the one at this
+            # writer's first condition (or the index topic's checkpoint) must agree: a key
+            # moves with the count
+            pinned = self._key_partitions.setdefault(topic, index.partitions or partitions)
+            if not pinned == partitions == now:
+                return [(e, None) for e in key_index.batch_failed(
+                    topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
+                    f"the topic had {pinned} partitions at this writer's first key "
+                    f"condition (or its index topic's checkpoint), has {now} now, and the "
+                    f"record was partitioned with {partitions}: a partition count change "
+                    "refuses every key condition")]
+            wrong = key_index.conflicts(index, checks,
+                                        reader.log_start(topic, partition) if aging else 0)
+            if wrong:
+                return [(e, None) for e in key_index.record_errors(topic, partition, keys,
+                                                                   expected, wrong)]
+            start = index.covered
+            producer.begin_transaction()
+            try:
+                results = self._write(producer, topic, partition, parts)
+            except KafkaException:
+                producer.abort_transaction(self._timeout)
+                raise
+            misplaced = _misplaced(results, start)
+            if misplaced is None and self._key_index_topic:
+                try:
+                    self._write_snapshot(producer, key, index, keys, results, start, pinned)
+                except KafkaException:
+                    producer.abort_transaction(self._timeout)
+                    raise
+            if misplaced is None:
+                producer.commit_transaction(self._timeout)
+                last = start + len(keys) - 1
+                self._wait_marker(key, last)
+                for i, k in enumerate(keys):
+                    value = results[i][1].value()
+                    index.record(k, start + i, value is None)
+                if index.dirty is not None:
+                    index.dirty.clear()  # (the index topic took them with the records)
+                # the commit marker follows the last record; when the log ends right after
+                # it, nothing else is there to read
+                index.covered = last + 1
+                if reader.log_end(topic, partition) == last + 2:
+                    index.covered = last + 2
+                return results
+            producer.abort_transaction(self._timeout)
+            if isinstance(misplaced, KafkaError):
+                raise KafkaException(misplaced)
+            placed = [msg.offset() for err, msg in results if err is None and msg is not None]
+            self._wait_marker(key, max(placed, default=-1))
+            self.key_retries += 1
+            if time.monotonic() > deadline:
+                raise KafkaException(KafkaError(
+                    KafkaError._TIMED_OUT, f"other writers kept appending to {topic}"
+                    f"[{partition}] for {self._timeout:.0f} s: the conditions could not be "
+                    "checked against a still log"))
+
+    def _write_snapshot(self, producer: Any, key: tuple[str, int], index: PartitionKeys,
+                        keys: list, results: list, start: int, partitions: int) -> None:
+        """In the open transaction: the answers changed since the index topic last took them,
+        the call's own records' answers, and the checkpoint (everything below the call's
+        last record + 1 is in)."""
+        answers = dict(index.dirty or {})
+        for i, k in enumerate(keys):
+            if k is not None:
+                answers[key_index.key_bytes(k)] = (KEY_ABSENT if results[i][1].value() is None
+                                                   else start + i)
+        names, values = key_index.snapshot_records(key[0], key[1], answers,
+                                                   start + len(keys), partitions)
+        outcome: list = []
+        producer.produce_arrays(self._key_index_topic, values, keys=names,
+                                partition=self._index_partition(key), per_record=False,
+                                on_delivery=lambda err, report: outcome.append(err))
+        left = producer.flush(self._timeout)
+        error = next((err for err in outcome if err is not None), None)
+        if left or error is not None:
+            raise KafkaException(error or KafkaError(
+                KafkaError._TIMED_OUT, f"the key index topic {self._key_index_topic}: "
+                f"{left} records not acknowledged in time"))
+
+    def _index_partition(self, key: tuple[str, int]) -> int:
+        if self._key_index_partitions is None:
+            if self._admin is None:
+                from confluent_kafka.admin import AdminClient
+
+                self._admin = AdminClient(self._connection)
+            key_index.ensure_index_topic(self._admin, self._key_index_topic, self._timeout)
+            reader = self._reader()
+            counts: list[int] = []
+
+            def known() -> bool:  # (a topic just made may take a moment to be everywhere)
+                try:
+                    counts[:] = [reader.partition_count(self._key_index_topic)]
+                except KafkaException:
+                    return False
+                return counts[0] > 0
+
+            reader.wait(f"the key index topic {self._key_index_topic}", known, self._timeout)
+            self._key_index_partitions = counts[0]
+        return key_index.index_partition(key[0], key[1], self._key_index_partitions)
+
+    def _load_index(self, key: tuple[str, int]) -> PartitionKeys:
+        """A new index: from the index topic's entries and checkpoint when there is one (the
+        partition is then read only from the checkpoint on), else empty (read whole)."""
+        if not self._key_index_topic:
+            return PartitionKeys()
+        where = (self._key_index_topic, self._index_partition(key))
+        end = self._decided_end(where)
+        return key_index.load_snapshot(self._connection, where[0], where[1], end, key[0],
+                                       key[1], self._timeout)
+
+    def _decided_end(self, key: tuple[str, int]) -> int:
+        """The partition's log end once every transaction of it is decided."""
+        reader = self._reader()
+        ends: list[int] = []
+
+        def decided() -> bool:
+            stable = reader.stable_end(*key)
+            end = reader.log_end(*key)
+            ends[:] = [end]
+            return stable >= end
+
+        reader.wait(f"every transaction of {key[0]}[{key[1]}] decided", decided, self._timeout)
+        return ends[0]
+
+    def _key_topic_aging(self, topic: str) -> bool:
+        """Whether the topic's retention can delete a key's last record: refused (the error
+        raised) unless kip.emulation.key.retention is true. Asked once per topic."""
+        aging = self._key_topics_aging.get(topic)
+        if aging is None:
+            if self._admin is None:
+                from confluent_kafka.admin import AdminClient
+
+                self._admin = AdminClient(self._connection)
+            why = key_index.retention_ages_keys_out(self._admin, topic, self._timeout)
+            if why is not None and not self._key_retention:
+                raise KafkaException(KafkaError(
+                    KafkaError.INVALID_CONFIG,
+                    f"expected_key_offset= (emulated) on {topic!r}: its {why} can delete a "
+                    "key's last record; use a topic that keeps them (cleanup.policy=compact, "
+                    "or retention.ms=-1 and retention.bytes=-1), or set "
+                    "kip.emulation.key.retention=true to have such keys answer as absent"))
+            aging = self._key_topics_aging[topic] = why is not None
+        return aging
+
+    def _wait_marker(self, key: tuple[str, int], last: int) -> None:
+        """Until the marker of the transaction whose last record is at ``last`` is in."""
+        reader = self._reader()
+        reader.wait(f"the transaction marker in {key[0]}[{key[1]}]",
+                    lambda: reader.stable_end(*key) > last, self._timeout)
+
+    def _key_index(self, key: tuple[str, int]) -> PartitionKeys:
+        """The partition's key index, read up to the log end once every transaction of the
+        partition is decided (another writer's open transaction could commit a key)."""
+        index = self._key_indexes.get(key)
+        if index is None:
+            index = self._key_indexes[key] = self._load_index(key)
+        end = self._decided_end(key)
+        if end < index.covered:  # the partition was emptied or made again: start over
+            index = self._key_indexes[key] = PartitionKeys(
+                dirty=None if not self._key_index_topic else {})
+        self.key_records_read += key_index.read_committed_keys(
+            self._connection, key[0], key[1], index, end, self._timeout)
+        return index
 
     def plain(self, topic: str, partition: int, rows: Rows) -> None:
         """Records without offsets, in the order of an emulated call."""

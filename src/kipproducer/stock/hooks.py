@@ -10,6 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from ..client_config import parse_bool
 from ..errors import OffsetOrderError
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
 from .emulation import Emulation, EngineTransactions
@@ -32,7 +33,9 @@ def new_emulation(conf: Mapping[str, Any], bulk_send: Callable, bulk_settle: Cal
         conf, transactional_id=str(conf.get("kip.emulation.transactional.id", "")),
         probe_topic=str(conf.get("kip.emulation.probe.topic", "kip-emulation-probe")),
         engine_transactions=engine_transactions, timeout_s=min(MAX_WAIT_S, timeout / 1000),
-        bulk_send=bulk_send, bulk_settle=bulk_settle)
+        bulk_send=bulk_send, bulk_settle=bulk_settle,
+        key_retention=parse_bool(conf.get("kip.emulation.key.retention", False)),
+        key_index_topic=str(conf.get("kip.emulation.key.index.topic", "")))
 
 
 #: resolve_mode()'s answer when the topic's leaders cannot be asked now (no metadata: a
@@ -232,6 +235,39 @@ def produce_batch(emulation: Emulation, topic: str, messages: list[dict], partit
         queued += 1
     close_group()
     return queued
+
+
+def key_conditional(emulation: Emulation, topic: str, partition: int, group: list[tuple],
+                    target: Any, partitions: int) -> None:
+    """One partition's records of a call with key conditions (rows: partition, key, value,
+    headers, timestamp, expected key offset or None / NO_KEY_CONDITION, report target or
+    None for ``target``), partitioned with ``partitions``: as columns, one part per run of
+    records with the same report target."""
+    import numpy as np
+
+    parts: list[Rows] = []
+    expected: list[int | None] = []
+    run: list[tuple] = []
+
+    def close_run() -> None:
+        if not run:
+            return
+        sink_of = run[0][6] or target
+        stamps = [row[4] or 0 for row in run]
+        parts.append(Rows(None, [row[1] for row in run], [row[2] for row in run],
+                          [row[3] for row in run] if any(row[3] for row in run) else None,
+                          np.array(stamps, np.int64) if any(stamps) else None,
+                          Sink(sink_of.callback, sink_of.per_record, topic, partition)))
+        run.clear()
+
+    for row in group:
+        if run and (row[6] or target) is not (run[0][6] or target):
+            close_run()
+        run.append(row)
+        wanted = row[5]
+        expected.append(None if wanted is None or wanted < -1 else int(wanted))
+    close_run()
+    emulation.key_conditional(topic, partition, parts, expected, partitions)
 
 
 def append_verdict(outcome: list) -> int:

@@ -21,7 +21,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..client_config import ConfigError
-from ..engine.cluster_queries import LATEST, UNKNOWN_TOPIC, ClusterQueries, ClusterQueryError
+from ..engine.cluster_queries import (
+    EARLIEST,
+    LATEST,
+    UNKNOWN_TOPIC,
+    ClusterQueries,
+    ClusterQueryError,
+)
 from ..engine.connection import BrokerAuthenticationError, BrokerConnectionError
 
 #: Producer properties a user's config may carry that librdkafka's consumers warn about
@@ -80,6 +86,25 @@ class LogEnds:
         """The last stable offset: below it every transaction is decided."""
         return self.stable_ends([(topic, partition)])[(topic, partition)]
 
+    def log_start(self, topic: str, partition: int) -> int:
+        """The partition's first offset (retention and DeleteRecords move it)."""
+        return self._latest([(topic, partition)], read_committed=False,
+                            at=EARLIEST)[(topic, partition)]
+
+    def partition_count(self, topic: str) -> int:
+        """The topic's partition count as the cluster's metadata has it now."""
+        try:
+            meta = self._queries.topics([topic])[topic]
+        except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
+                FutureTimeout) as exc:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"emulation: metadata of {topic}: {exc}")) from None
+        if meta.error_code:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                            f"emulation: metadata of {topic}: error "
+                                            f"{meta.error_code}"))
+        return meta.partition_count
+
     def log_ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """log_end() of several partitions: one ListOffsets per leader, asked together."""
         return self._latest(partitions, read_committed=False)
@@ -90,8 +115,8 @@ class LogEnds:
         return self._latest(partitions, read_committed=True)
 
     def _latest(self, partitions: Iterable[tuple[str, int]], *,
-                read_committed: bool) -> dict[tuple[str, int], int]:
-        wanted = dict.fromkeys(partitions, LATEST)
+                read_committed: bool, at: int = LATEST) -> dict[tuple[str, int], int]:
+        wanted = dict.fromkeys(partitions, at)
         try:
             return self._queries.list_offsets(wanted, read_committed=read_committed)
         except BrokerAuthenticationError as exc:
@@ -141,6 +166,16 @@ class ConsumerLogEnds:
     def stable_end(self, topic: str, partition: int) -> int:
         return self._committed.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=QUESTION_TIMEOUT_S, cached=False)[1]
+
+    def log_start(self, topic: str, partition: int) -> int:
+        return self._uncommitted.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=QUESTION_TIMEOUT_S, cached=False)[0]
+
+    def partition_count(self, topic: str) -> int:
+        meta = self._uncommitted.list_topics(topic, timeout=QUESTION_TIMEOUT_S).topics[topic]
+        if meta.error is not None:
+            raise KafkaException(meta.error)
+        return len(meta.partitions)
 
     def log_ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return {tp: self.log_end(*tp) for tp in partitions}
