@@ -135,20 +135,18 @@ _COPIER = textwrap.dedent("""
     import sys
     import numpy as np
     from kipproducer import Producer
-    sys.path.insert(0, sys.argv[4])
-    from test_kafka_kip_emulated import CHUNK, copy_offsets
-    bootstrap, topic, writer = sys.argv[1:4]
-    offsets = copy_offsets()
-    start = int(sys.argv[5])
+    bootstrap, topic, writer, offsets_file, start, chunk = sys.argv[1:7]
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                   "kip.mode": "emulated", "kip.emulation.transactional.id": writer})
-    todo = [o for o in offsets if o >= start]
-    for i in range(0, len(todo), CHUNK):
-        chunk = todo[i:i + CHUNK]
-        p.produce_arrays(topic, np.array([b"v%d" % o for o in chunk], dtype=object),
-                         partition=0, offsets=np.array(chunk, np.int64))
+    offsets = np.load(offsets_file)
+    todo = offsets[offsets >= int(start)]
+    chunk = int(chunk)
+    for i in range(0, len(todo), chunk):
+        part = todo[i:i + chunk]
+        p.produce_arrays(topic, np.array([b"v%d" % o for o in part], dtype=object),
+                         partition=0, offsets=part)
         p.poll(0)
-        if i == 4 * CHUNK:
+        if i == 4 * chunk:
             print("copying", flush=True)
     assert p.flush(120) == 0
     print("done", flush=True)
@@ -156,11 +154,12 @@ _COPIER = textwrap.dedent("""
 
 
 def _copier(cluster: KafkaCluster, topic: str, writer: str, start: int) -> subprocess.Popen:
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [here, os.path.join(os.path.dirname(here), "cluster"), os.environ.get("PYTHONPATH", "")]))
+    """A copier process writing copy_offsets() from ``start`` on, in CHUNK-record calls."""
+    offsets_file = cluster.root / f"{topic}-offsets.npy"
+    np.save(offsets_file, np.array(copy_offsets(), np.int64))
     return subprocess.Popen([sys.executable, "-c", _COPIER, cluster.bootstrap, topic, writer,
-                             here, str(start)], stdout=subprocess.PIPE, env=env)
+                             str(offsets_file), str(start), str(CHUNK)],
+                            stdout=subprocess.PIPE)
 
 
 def _check_copy(cluster: KafkaCluster, topic: str) -> None:

@@ -42,6 +42,10 @@ TRANSIENT_CODES = frozenset({
     KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH,
     KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
     KafkaError._ALL_BROKERS_DOWN, KafkaError._WAIT_COORD, KafkaError._NOENT,
+    # librdkafka's cache may lack a partition the mirror knows while a node just restarted
+    # serves metadata that lags (Apache Kafka, a node back from kill -9): asked again, and
+    # still raised once the mirror's timeout has passed
+    KafkaError._UNKNOWN_PARTITION,
 })
 
 #: What the failed calls of a mirror raise: librdkafka's errors, and the builtin TimeoutError
