@@ -1,0 +1,191 @@
+"""Kafka's own command-line tools (4.x, the cached jars) against ``kip broker`` and, in the same
+test, against a 1-node Apache Kafka: both must print the same thing (issue 47).
+
+Each test runs one list of commands on both brokers (one JVM per broker, tool_runs.py) and
+compares what each command printed and its exit code, after ids, addresses and column widths
+are taken out. The differences that are deliberate (docs/broker.md, "Kafka's tools") are
+taken out by name in ``DELIBERATE`` below, each with its reason there; anything else fails
+the test with both outputs shown.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_cluster import KafkaCluster
+from tool_runs import CONFIGS, TOPICS, Target, differences, run_both
+
+from kipproducer.broker.embedded import EmbeddedBroker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import test_broker_incremental_configs as incremental  # noqa: E402
+
+# The Kafka node's settings that show in what the tools print (BASE_CONFIG of
+# kafka_cluster.py, and its 1-node min.insync.replicas), given to kip broker too.
+SHARED_CONFIG = {
+    "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+    "group.initial.rebalance.delay.ms": "0",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+
+# Differences docs/broker.md lists as deliberate, taken out of both outputs:
+DELIBERATE = (
+    # kip broker lists every broker property that can supply a topic config's value among its
+    # synonyms (log.retention.hours, log.roll.hours), with the built-in default it falls back
+    # to (log.flush.interval.ms); Kafka only the first property, and only when it has a value.
+    (r"(, )?DEFAULT_CONFIG:log\.(retention|roll|roll\.jitter)\.hours=\d+", ""),
+    (r"DEFAULT_CONFIG:log\.flush\.interval\.ms=\d+", ""),
+    (r"\{, ", "{"),
+    # Kafka's controller keeps min.insync.replicas as a cluster-wide dynamic default
+    # (set from the static config when the cluster is formatted).
+    (r"^ *min\.insync\.replicas=1 sensitive=false "
+     r"synonyms=\{DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1\}$", ""),
+    (r"DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1, ", ""),
+    # kip broker's topic configs are Kafka 3.9's (three that 4.0 removed) plus its own
+    # check.expected.offsets.
+    (r"^ *(message\.downconversion\.enable|message\.format\.version|"
+     r"message\.timestamp\.difference\.max\.ms|check\.expected\.offsets)=.*$", ""),
+    # A stack trace's frames are the tool's, not the broker's.
+    (r"^\s+at .*$", ""),
+    (r"^\s+\.\.\. \d+ more$", ""),
+)
+
+
+class Pair:
+    def __init__(self, kafka: KafkaCluster, kip: EmbeddedBroker, root: Path) -> None:
+        self.kafka_cluster = kafka
+        self.kip_broker = kip
+        (root / "kafka").mkdir()
+        (root / "kip").mkdir()
+        self.kafka = Target("kafka", kafka.bootstrap, "1", root / "kafka")
+        self.kip = Target("kip", kip.bootstrap_servers, str(kip.broker.node_id), root / "kip")
+
+    def compare(self, commands: list[tuple[str, ...]]) -> list[str]:
+        on_kafka, on_kip = run_both(self.kafka, self.kip, commands)
+        return differences(on_kafka, on_kip, *DELIBERATE)
+
+
+@pytest.fixture(scope="module")
+def pair(kafka1: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    with EmbeddedBroker(config=SHARED_CONFIG) as kip:
+        yield Pair(kafka1, kip, tmp_path_factory.mktemp("tools"))
+
+
+def _same(found: list[str]) -> None:
+    assert not found, "Kafka's tools print differently on kip broker:\n\n" + "\n\n".join(found)
+
+
+def topics(*args: str) -> tuple[str, ...]:
+    return (TOPICS, "--bootstrap-server", "{bs}", *args)
+
+
+def configs(*args: str) -> tuple[str, ...]:
+    return (CONFIGS, "--bootstrap-server", "{bs}", *args)
+
+
+# -- kafka-topics --------------------------------------------------------------------------------
+
+
+def test_kafka_topics(pair: Pair) -> None:
+    _same(pair.compare([
+        topics("--create", "--topic", "kt", "--partitions", "2", "--replication-factor", "1",
+               "--config", "retention.ms=12345", "--config", "cleanup.policy=compact"),
+        topics("--describe", "--topic", "kt"),
+        topics("--list"),
+        topics("--alter", "--topic", "kt", "--partitions", "4"),
+        topics("--describe", "--topic", "kt"),
+        # refusals: the same error on either broker
+        topics("--create", "--topic", "kt", "--partitions", "2"),
+        topics("--alter", "--topic", "kt", "--partitions", "4"),
+        topics("--alter", "--topic", "kt", "--partitions", "3"),
+        topics("--create", "--topic", "kt-rf", "--replication-factor", "3"),
+        topics("--create", "--topic", "kt-bad", "--config", "retention.ms=abc"),
+        topics("--create", "--topic", "kt-bad", "--config", "no.such.config=1"),
+        topics("--create", "--topic", "bad/name"),
+        topics("--describe", "--topic", "kt-missing"),
+        topics("--delete", "--topic", "kt"),
+        topics("--list"),
+        topics("--describe", "--topic", "kt"),
+    ]))
+
+
+# -- kafka-configs -------------------------------------------------------------------------------
+
+
+def test_kafka_configs_topic(pair: Pair) -> None:
+    _same(pair.compare([
+        topics("--create", "--topic", "kc", "--config", "retention.ms=1000"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--describe"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--alter", "--add-config",
+                "retention.ms=5000,max.message.bytes=2000,cleanup.policy=[compact,delete]"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--describe"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--alter",
+                "--delete-config", "retention.ms"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--describe"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--describe", "--all"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--alter", "--add-config",
+                "nope=1"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--alter", "--add-config",
+                "retention.ms=abc"),
+        configs("--entity-type", "topics", "--entity-name", "kc", "--alter", "--add-config",
+                "cleanup.policy=nope"),
+        configs("--entity-type", "topics", "--entity-name", "kc-missing", "--describe"),
+    ]))
+
+
+def test_kafka_configs_dynamic_broker(pair: Pair) -> None:
+    _same(pair.compare([
+        configs("--entity-type", "brokers", "--entity-name", "{node}", "--alter",
+                "--add-config", "max.connections=1000,log.cleaner.backoff.ms=20000"),
+        configs("--entity-type", "brokers", "--entity-default", "--alter", "--add-config",
+                "log.retention.ms=300000"),
+        configs("--entity-type", "brokers", "--entity-name", "{node}", "--describe"),
+        configs("--entity-type", "brokers", "--entity-default", "--describe"),
+        configs("--entity-type", "topics", "--entity-name", "__consumer_offsets", "--describe"),
+        configs("--entity-type", "brokers", "--entity-name", "{node}", "--alter",
+                "--delete-config", "max.connections,log.cleaner.backoff.ms"),
+        configs("--entity-type", "brokers", "--entity-default", "--alter", "--delete-config",
+                "log.retention.ms"),
+        configs("--entity-type", "brokers", "--entity-name", "{node}", "--describe"),
+        configs("--entity-type", "brokers", "--entity-default", "--describe"),
+        # refusals
+        configs("--entity-type", "brokers", "--entity-name", "{node}", "--alter",
+                "--add-config", "num.partitions=3"),
+        configs("--entity-type", "brokers", "--entity-name", "{node}", "--alter",
+                "--add-config", "max.connections=many"),
+    ]))
+
+
+def test_kafka_configs_scram_users(pair: Pair) -> None:
+    _same(pair.compare([
+        configs("--entity-type", "users", "--entity-name", "alice", "--alter", "--add-config",
+                "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
+                "SCRAM-SHA-512=[password=alice-secret]"),
+        configs("--entity-type", "users", "--entity-name", "bob", "--alter", "--add-config",
+                "SCRAM-SHA-512=[iterations=4096,password=bob-secret]"),
+        configs("--entity-type", "users", "--entity-name", "alice", "--describe"),
+        configs("--entity-type", "users", "--describe"),
+        configs("--entity-type", "users", "--entity-name", "alice", "--alter",
+                "--delete-config", "SCRAM-SHA-256"),
+        configs("--entity-type", "users", "--entity-name", "alice", "--describe"),
+        configs("--entity-type", "users", "--entity-name", "carol", "--alter",
+                "--delete-config", "SCRAM-SHA-256"),
+        configs("--entity-type", "users", "--entity-name", "carol", "--alter", "--add-config",
+                "SCRAM-SHA-256=[iterations=100,password=x]"),
+    ]))
+
+
+@pytest.mark.parametrize("case", incremental.CASES, ids=[c.id for c in incremental.CASES])
+def test_incremental_config_cases_on_apache_kafka(kafka1: KafkaCluster,
+                                                  case: incremental.Case) -> None:
+    """tests/integration's APPEND / SUBTRACT table (what kip broker answers) holds on Kafka."""
+    try:
+        incremental.run_case(case, kafka1.bootstrap, "1")
+    finally:
+        incremental.reset_broker_levels(kafka1.bootstrap, "1", keep={"min.insync.replicas"})
