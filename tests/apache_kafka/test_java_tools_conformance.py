@@ -10,13 +10,33 @@ the test with both outputs shown.
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_cluster import KafkaCluster
-from tool_runs import CONFIGS, TOPICS, Target, differences, run_both
+from tool_runs import (
+    CONFIGS,
+    GET_OFFSETS,
+    GROUPS,
+    TOPICS,
+    Target,
+    differences,
+    normalize,
+    run_both,
+)
 
 from kipproducer.broker.embedded import EmbeddedBroker
 
@@ -67,7 +87,12 @@ class Pair:
         self.kip = Target("kip", kip.bootstrap_servers, str(kip.broker.node_id), root / "kip")
 
     def compare(self, commands: list[tuple[str, ...]]) -> list[str]:
+        """The differences; ``self.runs``: what kip broker printed, normalized, by command
+        (for the checks that the commands did what they were meant to)."""
         on_kafka, on_kip = run_both(self.kafka, self.kip, commands)
+        self.runs = [normalize(run.text, *DELIBERATE) for run in on_kip]
+        if os.environ.get("KIP_SHOW_TOOLS"):
+            print("\n\n".join(f"$ {' '.join(r.command)}\n{t}" for r, t in zip(on_kip, self.runs)))
         return differences(on_kafka, on_kip, *DELIBERATE)
 
 
@@ -189,3 +214,141 @@ def test_incremental_config_cases_on_apache_kafka(kafka1: KafkaCluster,
         incremental.run_case(case, kafka1.bootstrap, "1")
     finally:
         incremental.reset_broker_levels(kafka1.bootstrap, "1", keep={"min.insync.replicas"})
+
+
+# -- kafka-consumer-groups, kafka-get-offsets ----------------------------------------------------
+
+BASE_TS = int(time.time() * 1000) - 3_600_000  # an hour ago: within retention, same on both
+
+
+def _fill(bootstrap: str, topic: str, partitions: int = 2, per_partition: int = 5) -> None:
+    """``topic`` with ``per_partition`` records in each partition, record i of partition p
+    stamped BASE_TS + i seconds (p * 100 ms later), the same bytes on either broker."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    for i in range(per_partition):
+        for p in range(partitions):
+            producer.produce(topic, key=b"k%d" % i, value=b"v%d-%d" % (p, i), partition=p,
+                             timestamp=BASE_TS + i * 1000 + p * 100)
+            producer.flush(30)  # one batch per record: the same offsets and sizes on both
+    assert producer.flush(30) == 0
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    """Commits ``offsets`` for ``group`` (no member); retried while the coordinator is not
+    ready (Kafka creates __consumer_offsets on the first commit)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while True:
+        futures = admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])])
+        try:
+            [answer] = [future.result(30) for future in futures.values()]
+            errors = [tp.error for tp in answer.topic_partitions if tp.error is not None]
+        except KafkaException as exc:
+            errors = [exc.args[0]]
+        if not errors:
+            return
+        assert time.monotonic() < deadline, f"commit to {group} failed: {errors}"
+        time.sleep(0.5)
+
+
+def _member(bootstrap: str, group: str, topic: str, partitions: int) -> Consumer:
+    """A librdkafka member of ``group``, once it has its assignment."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "client.id": "conformance",
+                         "session.timeout.ms": 30_000})
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + 60
+    while len(consumer.assignment()) < partitions:
+        assert time.monotonic() < deadline, f"no assignment in {group}"
+        consumer.poll(0.2)
+    return consumer
+
+
+def groups(*args: str) -> tuple[str, ...]:
+    return (GROUPS, "--bootstrap-server", "{bs}", *args)
+
+
+def _utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[
+        :-3] + "Z"
+
+
+def test_kafka_consumer_groups(pair: Pair) -> None:
+    topic, group = "cg", "cg-group"
+    members = []
+    for target in (pair.kafka, pair.kip):
+        _fill(target.bootstrap, topic)
+        _commit(target.bootstrap, group, {(topic, 0): 3, (topic, 1): 5})
+    _same(pair.compare([
+        groups("--list"),
+        groups("--list", "--state"),
+        groups("--describe", "--group", group),
+        groups("--describe", "--group", group, "--members", "--verbose"),
+        groups("--describe", "--group", group, "--state"),
+        groups("--describe", "--all-groups", "--offsets"),
+    ]))
+    try:
+        for target in (pair.kafka, pair.kip):
+            members.append(_member(target.bootstrap, group, topic, 2))
+        _same(pair.compare([
+            groups("--list", "--state"),
+            groups("--describe", "--group", group),
+            groups("--describe", "--group", group, "--members", "--verbose"),
+            groups("--describe", "--group", group, "--state"),
+            # a group with members is refused a reset
+            groups("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+                   "--execute"),
+            groups("--delete", "--group", group),
+        ]))
+        assert "cg-group Stable" in pair.runs[0] and "range Stable 1" in pair.runs[3]
+    finally:
+        for member in members:
+            member.close()
+    _same(pair.compare([
+        groups("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+               "--dry-run"),
+        groups("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
+               "--execute"),
+        groups("--reset-offsets", "--group", group, "--topic", topic, "--to-datetime",
+               _utc(BASE_TS + 2500), "--execute"),
+        groups("--describe", "--group", group),
+        groups("--reset-offsets", "--group", group, "--topic", f"{topic}:1", "--shift-by", "-1",
+               "--execute"),
+        groups("--reset-offsets", "--group", group, "--topic", topic, "--shift-by", "100",
+               "--execute"),
+        groups("--reset-offsets", "--group", group, "--all-topics", "--to-offset", "2",
+               "--execute"),
+        groups("--describe", "--group", group),
+        groups("--delete-offsets", "--group", group, "--topic", f"{topic}:0"),
+        groups("--delete-offsets", "--group", group, "--topic", "cg-missing"),
+        groups("--describe", "--group", group),
+        groups("--delete", "--group", group),
+        groups("--delete", "--group", group),
+        groups("--list"),
+    ]))
+    assert pair.runs[2].splitlines()[1:] == ["cg-group cg 1 3", "cg-group cg 0 3"]
+
+
+def get_offsets(*args: str) -> tuple[str, ...]:
+    return (GET_OFFSETS, "--bootstrap-server", "{bs}", *args)
+
+
+def test_kafka_get_offsets(pair: Pair) -> None:
+    topic = "go"
+    for target in (pair.kafka, pair.kip):
+        _fill(target.bootstrap, topic)
+    _same(pair.compare([
+        get_offsets("--topic", topic),
+        get_offsets("--topic", topic, "--time", "-2"),
+        get_offsets("--topic", topic, "--time", "earliest"),
+        get_offsets("--topic", topic, "--time", "-1"),
+        get_offsets("--topic", topic, "--time", "-3"),  # max timestamp
+        get_offsets("--topic", topic, "--time", str(BASE_TS + 2050)),
+        get_offsets("--topic", topic, "--time", str(BASE_TS + 3_600_000)),
+        get_offsets("--topic-partitions", f"{topic}:1", "--time", str(BASE_TS)),
+        get_offsets("--topic", "go-missing"),
+    ]))
+    assert pair.runs[5] == "go:0:3\ngo:1:2"
