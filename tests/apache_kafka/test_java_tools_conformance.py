@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from tool_runs import (
     GET_OFFSETS,
     GROUPS,
     TOPICS,
+    TRANSACTIONS,
     Target,
     differences,
     normalize,
@@ -86,14 +87,16 @@ class Pair:
         self.kafka = Target("kafka", kafka.bootstrap, "1", root / "kafka")
         self.kip = Target("kip", kip.bootstrap_servers, str(kip.broker.node_id), root / "kip")
 
-    def compare(self, commands: list[tuple[str, ...]]) -> list[str]:
+    def compare(self, commands: list[tuple[str, ...]], *extra: tuple[str, str],
+                unordered: Collection[int] = ()) -> list[str]:
         """The differences; ``self.runs``: what kip broker printed, normalized, by command
         (for the checks that the commands did what they were meant to)."""
         on_kafka, on_kip = run_both(self.kafka, self.kip, commands)
-        self.runs = [normalize(run.text, *DELIBERATE) for run in on_kip]
+        rules = (*DELIBERATE, *extra)
+        self.runs = [normalize(run.text, *rules) for run in on_kip]
         if os.environ.get("KIP_SHOW_TOOLS"):
             print("\n\n".join(f"$ {' '.join(r.command)}\n{t}" for r, t in zip(on_kip, self.runs)))
-        return differences(on_kafka, on_kip, *DELIBERATE)
+        return differences(on_kafka, on_kip, *rules, unordered=unordered)
 
 
 @pytest.fixture(scope="module")
@@ -352,3 +355,60 @@ def test_kafka_get_offsets(pair: Pair) -> None:
         get_offsets("--topic", "go-missing"),
     ]))
     assert pair.runs[5] == "go:0:3\ngo:1:2"
+
+
+# -- kafka-transactions --------------------------------------------------------------------------
+
+# Times differ between two runs: epoch milliseconds, and a transaction's duration so far.
+TIMES = ((r"\b1\d{12}\b", "<time>"),
+         (r"((?:Ongoing|Complete\w+|Prepare\w+|Empty)[ \t]+\d+[ \t]+<time>[ \t]+)\d+",
+          r"\1<ms>"))
+
+
+def transactions(*args: str) -> tuple[str, ...]:
+    return (TRANSACTIONS, "--bootstrap-server", "{bs}", *args)
+
+
+def _transactions(bootstrap: str, topic: str) -> Producer:
+    """One committed transaction (``<topic>-done``, 1 record) and one left open
+    (``<topic>-open``, 2 records from offset 2); returns the open one's producer."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    done = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-done"})
+    done.init_transactions(60)
+    done.begin_transaction()
+    done.produce(topic, b"committed", partition=0)
+    done.commit_transaction(30)
+    open_ = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-open",
+                      "transaction.timeout.ms": 120_000})
+    open_.init_transactions(60)
+    open_.begin_transaction()
+    for value in (b"open-1", b"open-2"):
+        open_.produce(topic, value, partition=0)
+    assert open_.flush(30) == 0
+    return open_
+
+
+def test_kafka_transactions(pair: Pair) -> None:
+    topic = "tx"
+    producers = [_transactions(target.bootstrap, topic) for target in (pair.kafka, pair.kip)]
+    try:
+        _same(pair.compare([
+            transactions("list"),
+            transactions("describe", "--transactional-id", f"{topic}-open"),
+            transactions("describe", "--transactional-id", f"{topic}-done"),
+            transactions("describe", "--transactional-id", "tx-missing"),
+            transactions("describe-producers", "--topic", topic, "--partition", "0"),
+            transactions("find-hanging", "--broker-id", "{node}"),
+            transactions("find-hanging", "--topic", topic),
+            # the open transaction aborted by hand: its partition's markers written
+            transactions("abort", "--topic", topic, "--partition", "0", "--start-offset", "2"),
+            transactions("describe-producers", "--topic", topic, "--partition", "0"),
+            transactions("list"),
+        ], *TIMES, unordered={0, 9}))
+        assert "Ongoing" in pair.runs[1] and pair.runs[4].splitlines()[2].endswith(" 2")
+        assert pair.runs[8].splitlines()[2].endswith(" None")
+    finally:
+        for producer in producers:
+            producer.abort_transaction(30)
+        producers.clear()  # before the brokers stop

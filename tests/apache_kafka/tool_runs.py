@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,11 +141,15 @@ def normalize(text: str, *extra: tuple[str, str]) -> str:
 
 
 def differences(kafka_runs: list[Run], kip_runs: list[Run], *extra: tuple[str, str],
-                ) -> list[str]:
-    """Each command whose normalized output or exit code differs, both sides shown."""
+                unordered: Collection[int] = ()) -> list[str]:
+    """Each command whose normalized output or exit code differs, both sides shown.
+    ``unordered``: the indexes of commands whose lines may come in any order (a listing the
+    broker takes from a hash map), compared sorted."""
     found = []
-    for a, b in zip(kafka_runs, kip_runs, strict=True):
+    for index, (a, b) in enumerate(zip(kafka_runs, kip_runs, strict=True)):
         left, right = normalize(a.text, *extra), normalize(b.text, *extra)
+        if index in unordered:
+            left, right = ("\n".join(sorted(text.splitlines())) for text in (left, right))
         if left != right or a.exit != b.exit:
             found.append(f"$ {' '.join(b.command)}\n--- Apache Kafka (exit {a.exit}):\n"
                          f"{left}\n--- kip broker (exit {b.exit}):\n{right}")
