@@ -10,6 +10,7 @@ the test with both outputs shown.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -29,13 +30,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_cluster import KafkaCluster
 from tool_runs import (
     CONFIGS,
+    FEATURES,
     GET_OFFSETS,
     GROUPS,
+    LEADER_ELECTION,
+    LOG_DIRS,
+    METADATA_QUORUM,
+    REASSIGN,
     TOPICS,
     TRANSACTIONS,
     Target,
     differences,
     normalize,
+    run_batch,
     run_both,
 )
 
@@ -412,3 +419,77 @@ def test_kafka_transactions(pair: Pair) -> None:
         for producer in producers:
             producer.abort_transaction(30)
         producers.clear()  # before the brokers stop
+
+
+# -- kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions (one node) ---------------
+
+# Where each broker keeps its data.
+DATA_DIRS = ((r'"logDir":"[^"]*"', '"logDir":"<dir>"'),
+             (r'"log_dirs":\["/[^"]*"', '"log_dirs":["<dir>"'))
+
+
+def test_log_dirs_leader_election_reassign(pair: Pair) -> None:
+    topic = "mv"
+    for target in (pair.kafka, pair.kip):
+        _fill(target.bootstrap, topic)
+        (target.scratch / "move.json").write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": p, "replicas": [int(target.node)]}
+            for p in (0, 1)]}))
+        (target.scratch / "elsewhere.json").write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [int(target.node) + 1]}]}))
+        (target.scratch / "topics.json").write_text(json.dumps(
+            {"version": 1, "topics": [{"topic": topic}]}))
+        (target.scratch / "elect.json").write_text(json.dumps(
+            {"partitions": [{"topic": topic, "partition": 0}]}))
+    _same(pair.compare([
+        (LOG_DIRS, "--bootstrap-server", "{bs}", "--describe", "--topic-list", topic),
+        (LOG_DIRS, "--bootstrap-server", "{bs}", "--describe", "--topic-list", topic,
+         "--broker-list", "{node}"),
+        (LEADER_ELECTION, "--bootstrap-server", "{bs}", "--election-type", "preferred",
+         "--all-topic-partitions"),
+        (LEADER_ELECTION, "--bootstrap-server", "{bs}", "--election-type", "preferred",
+         "--topic", topic, "--partition", "0"),
+        (LEADER_ELECTION, "--bootstrap-server", "{bs}", "--election-type", "unclean",
+         "--path-to-json-file", "{dir}/elect.json"),
+        (LEADER_ELECTION, "--bootstrap-server", "{bs}", "--election-type", "preferred",
+         "--topic", "mv-missing", "--partition", "0"),
+        (LEADER_ELECTION, "--bootstrap-server", "{bs}", "--election-type", "preferred",
+         "--topic", topic, "--partition", "7"),
+        (REASSIGN, "--bootstrap-server", "{bs}", "--generate", "--topics-to-move-json-file",
+         "{dir}/topics.json", "--broker-list", "{node}"),
+        (REASSIGN, "--bootstrap-server", "{bs}", "--execute", "--reassignment-json-file",
+         "{dir}/move.json"),
+        (REASSIGN, "--bootstrap-server", "{bs}", "--verify", "--reassignment-json-file",
+         "{dir}/move.json"),
+        (REASSIGN, "--bootstrap-server", "{bs}", "--list"),
+        (REASSIGN, "--bootstrap-server", "{bs}", "--cancel", "--reassignment-json-file",
+         "{dir}/move.json"),
+        (REASSIGN, "--bootstrap-server", "{bs}", "--execute", "--reassignment-json-file",
+         "{dir}/elsewhere.json"),
+    ], *DATA_DIRS))
+    assert '"partition":"mv-0","size":' in pair.runs[0]
+    assert "Successfully started partition reassignments for mv-0,mv-1" in pair.runs[8]
+
+
+# -- kafka-features, kafka-metadata-quorum ---------------------------------------------------------
+
+
+def test_features_and_metadata_quorum_on_kip_broker(pair: Pair) -> None:
+    """Not compared: Apache Kafka finalizes its own features (metadata.version, ...) and runs
+    a KRaft quorum; kip broker has neither (docs/broker.md): kafka-features lists its KIP
+    extension features and refuses an upgrade, kafka-metadata-quorum gets one clear error."""
+    runs = run_batch(pair.kip, [
+        (FEATURES, "--bootstrap-server", "{bs}", "describe"),
+        (FEATURES, "--bootstrap-server", "{bs}", "upgrade", "--feature",
+         "transaction.version=2"),
+        (METADATA_QUORUM, "--bootstrap-server", "{bs}", "describe", "--status"),
+    ])
+    described = normalize(runs[0].text)
+    assert runs[0].exit == 0 and described.splitlines() == [
+        "Feature: kip.produce.conditional SupportedMinVersion: 1 SupportedMaxVersion: 2 "
+        "FinalizedVersionLevel: 0 Epoch: -",
+        "Feature: kip.produce.offsets SupportedMinVersion: 1 SupportedMaxVersion: 2 "
+        "FinalizedVersionLevel: 0 Epoch: -",
+    ], described
+    assert runs[1].exit == 1 and "does not support UPDATE_FEATURES" in runs[1].text, runs[1]
+    assert runs[2].exit == 1 and "does not support DESCRIBE_QUORUM" in runs[2].text, runs[2]
