@@ -11,10 +11,9 @@ the test with both outputs shown.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
+from conformance import BASE_TS, Pair, fill, open_pair, same
 from kafka_cluster import KafkaCluster
 from tool_runs import (
     CONFIGS,
@@ -39,81 +39,17 @@ from tool_runs import (
     REASSIGN,
     TOPICS,
     TRANSACTIONS,
-    Target,
-    differences,
     normalize,
     run_batch,
-    run_both,
 )
-
-from kipproducer.broker.embedded import EmbeddedBroker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import test_broker_incremental_configs as incremental  # noqa: E402
 
-# The Kafka node's settings that show in what the tools print (BASE_CONFIG of
-# kafka_cluster.py, and its 1-node min.insync.replicas), given to kip broker too.
-SHARED_CONFIG = {
-    "min.insync.replicas": "1",
-    "unclean.leader.election.enable": "false",
-    "num.partitions": "1",
-    "auto.create.topics.enable": "false",
-    "group.initial.rebalance.delay.ms": "0",
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-}
-
-# Differences docs/broker.md lists as deliberate, taken out of both outputs:
-DELIBERATE = (
-    # kip broker lists every broker property that can supply a topic config's value among its
-    # synonyms (log.retention.hours, log.roll.hours), with the built-in default it falls back
-    # to (log.flush.interval.ms); Kafka only the first property, and only when it has a value.
-    (r"(, )?DEFAULT_CONFIG:log\.(retention|roll|roll\.jitter)\.hours=\d+", ""),
-    (r"DEFAULT_CONFIG:log\.flush\.interval\.ms=\d+", ""),
-    (r"\{, ", "{"),
-    # Kafka's controller keeps min.insync.replicas as a cluster-wide dynamic default
-    # (set from the static config when the cluster is formatted).
-    (r"^ *min\.insync\.replicas=1 sensitive=false "
-     r"synonyms=\{DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1\}$", ""),
-    (r"DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1, ", ""),
-    # kip broker's topic configs are Kafka 3.9's (three that 4.0 removed) plus its own
-    # check.expected.offsets.
-    (r"^ *(message\.downconversion\.enable|message\.format\.version|"
-     r"message\.timestamp\.difference\.max\.ms|check\.expected\.offsets)=.*$", ""),
-    # A stack trace's frames are the tool's, not the broker's.
-    (r"^\s+at .*$", ""),
-    (r"^\s+\.\.\. \d+ more$", ""),
-)
-
-
-class Pair:
-    def __init__(self, kafka: KafkaCluster, kip: EmbeddedBroker, root: Path) -> None:
-        self.kafka_cluster = kafka
-        self.kip_broker = kip
-        (root / "kafka").mkdir()
-        (root / "kip").mkdir()
-        self.kafka = Target("kafka", kafka.bootstrap, "1", root / "kafka")
-        self.kip = Target("kip", kip.bootstrap_servers, str(kip.broker.node_id), root / "kip")
-
-    def compare(self, commands: list[tuple[str, ...]], *extra: tuple[str, str],
-                unordered: Collection[int] = ()) -> list[str]:
-        """The differences; ``self.runs``: what kip broker printed, normalized, by command
-        (for the checks that the commands did what they were meant to)."""
-        on_kafka, on_kip = run_both(self.kafka, self.kip, commands)
-        rules = (*DELIBERATE, *extra)
-        self.runs = [normalize(run.text, *rules) for run in on_kip]
-        if os.environ.get("KIP_SHOW_TOOLS"):
-            print("\n\n".join(f"$ {' '.join(r.command)}\n{t}" for r, t in zip(on_kip, self.runs)))
-        return differences(on_kafka, on_kip, *rules, unordered=unordered)
-
 
 @pytest.fixture(scope="module")
 def pair(kafka1: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    with EmbeddedBroker(config=SHARED_CONFIG) as kip:
-        yield Pair(kafka1, kip, tmp_path_factory.mktemp("tools"))
-
-
-def _same(found: list[str]) -> None:
-    assert not found, "Kafka's tools print differently on kip broker:\n\n" + "\n\n".join(found)
+    yield from open_pair(kafka1, tmp_path_factory)
 
 
 def topics(*args: str) -> tuple[str, ...]:
@@ -128,7 +64,7 @@ def configs(*args: str) -> tuple[str, ...]:
 
 
 def test_kafka_topics(pair: Pair) -> None:
-    _same(pair.compare([
+    same(pair.compare([
         topics("--create", "--topic", "kt", "--partitions", "2", "--replication-factor", "1",
                "--config", "retention.ms=12345", "--config", "cleanup.policy=compact"),
         topics("--describe", "--topic", "kt"),
@@ -154,7 +90,7 @@ def test_kafka_topics(pair: Pair) -> None:
 
 
 def test_kafka_configs_topic(pair: Pair) -> None:
-    _same(pair.compare([
+    same(pair.compare([
         topics("--create", "--topic", "kc", "--config", "retention.ms=1000"),
         configs("--entity-type", "topics", "--entity-name", "kc", "--describe"),
         configs("--entity-type", "topics", "--entity-name", "kc", "--alter", "--add-config",
@@ -175,7 +111,7 @@ def test_kafka_configs_topic(pair: Pair) -> None:
 
 
 def test_kafka_configs_dynamic_broker(pair: Pair) -> None:
-    _same(pair.compare([
+    same(pair.compare([
         configs("--entity-type", "brokers", "--entity-name", "{node}", "--alter",
                 "--add-config", "max.connections=1000,log.cleaner.backoff.ms=20000"),
         configs("--entity-type", "brokers", "--entity-default", "--alter", "--add-config",
@@ -198,7 +134,7 @@ def test_kafka_configs_dynamic_broker(pair: Pair) -> None:
 
 
 def test_kafka_configs_scram_users(pair: Pair) -> None:
-    _same(pair.compare([
+    same(pair.compare([
         configs("--entity-type", "users", "--entity-name", "alice", "--alter", "--add-config",
                 "SCRAM-SHA-256=[iterations=8192,password=alice-secret],"
                 "SCRAM-SHA-512=[password=alice-secret]"),
@@ -227,23 +163,6 @@ def test_incremental_config_cases_on_apache_kafka(kafka1: KafkaCluster,
 
 
 # -- kafka-consumer-groups, kafka-get-offsets ----------------------------------------------------
-
-BASE_TS = int(time.time() * 1000) - 3_600_000  # an hour ago: within retention, same on both
-
-
-def _fill(bootstrap: str, topic: str, partitions: int = 2, per_partition: int = 5) -> None:
-    """``topic`` with ``per_partition`` records in each partition, record i of partition p
-    stamped BASE_TS + i seconds (p * 100 ms later), the same bytes on either broker."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
-    for i in range(per_partition):
-        for p in range(partitions):
-            producer.produce(topic, key=b"k%d" % i, value=b"v%d-%d" % (p, i), partition=p,
-                             timestamp=BASE_TS + i * 1000 + p * 100)
-            producer.flush(30)  # one batch per record: the same offsets and sizes on both
-    assert producer.flush(30) == 0
-
 
 def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Commits ``offsets`` for ``group`` (no member); retried while the coordinator is not
@@ -290,9 +209,9 @@ def test_kafka_consumer_groups(pair: Pair) -> None:
     topic, group = "cg", "cg-group"
     members = []
     for target in (pair.kafka, pair.kip):
-        _fill(target.bootstrap, topic)
+        fill(target.bootstrap, topic)
         _commit(target.bootstrap, group, {(topic, 0): 3, (topic, 1): 5})
-    _same(pair.compare([
+    same(pair.compare([
         groups("--list"),
         groups("--list", "--state"),
         groups("--describe", "--group", group),
@@ -303,7 +222,7 @@ def test_kafka_consumer_groups(pair: Pair) -> None:
     try:
         for target in (pair.kafka, pair.kip):
             members.append(_member(target.bootstrap, group, topic, 2))
-        _same(pair.compare([
+        same(pair.compare([
             groups("--list", "--state"),
             groups("--describe", "--group", group),
             groups("--describe", "--group", group, "--members", "--verbose"),
@@ -317,7 +236,7 @@ def test_kafka_consumer_groups(pair: Pair) -> None:
     finally:
         for member in members:
             member.close()
-    _same(pair.compare([
+    same(pair.compare([
         groups("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
                "--dry-run"),
         groups("--reset-offsets", "--group", group, "--topic", topic, "--to-earliest",
@@ -349,8 +268,8 @@ def get_offsets(*args: str) -> tuple[str, ...]:
 def test_kafka_get_offsets(pair: Pair) -> None:
     topic = "go"
     for target in (pair.kafka, pair.kip):
-        _fill(target.bootstrap, topic)
-    _same(pair.compare([
+        fill(target.bootstrap, topic)
+    same(pair.compare([
         get_offsets("--topic", topic),
         get_offsets("--topic", topic, "--time", "-2"),
         get_offsets("--topic", topic, "--time", "earliest"),
@@ -400,7 +319,7 @@ def test_kafka_transactions(pair: Pair) -> None:
     topic = "tx"
     producers = [_transactions(target.bootstrap, topic) for target in (pair.kafka, pair.kip)]
     try:
-        _same(pair.compare([
+        same(pair.compare([
             transactions("list"),
             transactions("describe", "--transactional-id", f"{topic}-open"),
             transactions("describe", "--transactional-id", f"{topic}-done"),
@@ -431,7 +350,7 @@ DATA_DIRS = ((r'"logDir":"[^"]*"', '"logDir":"<dir>"'),
 def test_log_dirs_leader_election_reassign(pair: Pair) -> None:
     topic = "mv"
     for target in (pair.kafka, pair.kip):
-        _fill(target.bootstrap, topic)
+        fill(target.bootstrap, topic)
         (target.scratch / "move.json").write_text(json.dumps({"version": 1, "partitions": [
             {"topic": topic, "partition": p, "replicas": [int(target.node)]}
             for p in (0, 1)]}))
@@ -441,7 +360,7 @@ def test_log_dirs_leader_election_reassign(pair: Pair) -> None:
             {"version": 1, "topics": [{"topic": topic}]}))
         (target.scratch / "elect.json").write_text(json.dumps(
             {"partitions": [{"topic": topic, "partition": 0}]}))
-    _same(pair.compare([
+    same(pair.compare([
         (LOG_DIRS, "--bootstrap-server", "{bs}", "--describe", "--topic-list", topic),
         (LOG_DIRS, "--bootstrap-server", "{bs}", "--describe", "--topic-list", topic,
          "--broker-list", "{node}"),

@@ -9,6 +9,7 @@ broker's bootstrap address, ``{node}`` for its node id, ``{dir}`` for a scratch 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Collection
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from kafka_cluster import JVM_FLAGS, TOOL_FLAGS, TOOL_HEAP
 from kafka_jars import JAVA_DIR, compiled_classpath, java
+from kafka_jars import classpath as kafka_classpath
 
 # A console appender that follows System.setErr, so that each command's log lines land in
 # that command's stderr.
@@ -107,6 +109,35 @@ def run_batch(target: Target, commands: list[tuple[str, ...]], timeout: float = 
                            f"{target.name} (exit {proc.returncode}):\n"
                            f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return runs
+
+
+def spawn(target: Target, main: str, *args: str, name: str) -> subprocess.Popen:
+    """One of Kafka's Java clients as its own process (a test kills it, or runs several), its
+    output in ``<scratch>/<name>.out`` (read it with :func:`events`)."""
+    log4j = target.scratch / "log4j2-batch.properties"
+    log4j.write_text(BATCH_LOG4J2)
+    out = target.scratch / f"{name}.out"
+    with open(out, "wb") as sink:
+        return subprocess.Popen(
+            [java() or "java", *TOOL_HEAP, *JVM_FLAGS, *TOOL_FLAGS,
+             f"-Dlog4j2.configurationFile={log4j}", "-cp", kafka_classpath(), main,
+             *(target.fill(a) for a in args)],
+            stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+
+
+def events(target: Target, name: str) -> list[dict]:
+    """The JSON lines a spawned client (VerifiableConsumer, TransactionalMessageCopier) has
+    printed so far; other lines (log lines) are skipped."""
+    path = target.scratch / f"{name}.out"
+    found = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                found.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass  # a line being written
+    return found
 
 
 def run_both(kafka: Target, kip: Target, commands: list[tuple[str, ...]],
