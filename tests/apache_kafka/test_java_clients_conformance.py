@@ -86,7 +86,7 @@ def _wait(what: str, check, timeout: float = 90.0):
         time.sleep(0.3)
 
 
-# -- the Java producer -----------------------------------------------------------------------------
+# -- the Java producer ----------------------------------------------------------------------------
 
 
 def _end_offsets(text: str) -> dict[str, int]:
@@ -145,7 +145,7 @@ def test_verifiable_producer_and_producer_perf_test(pair: Pair) -> None:
     assert facts[0] == facts[1]
 
 
-# -- the Java consumer -----------------------------------------------------------------------------
+# -- the Java consumer ----------------------------------------------------------------------------
 
 
 def _assigned(target: Target, name: str) -> set[int] | None:
@@ -271,7 +271,7 @@ def test_console_consumer_at_both_isolation_levels(pair: Pair) -> None:
           if a.out != b.out])
 
 
-# -- Kafka's exactly-once copier, killed in the middle ------------------------------------------
+# -- Kafka's exactly-once copier, killed in the middle --------------------------------------------
 
 
 def _copier(target: Target, name: str) -> subprocess.Popen:
@@ -320,7 +320,7 @@ def test_transactional_message_copier_killed_with_minus_9(pair: Pair) -> None:
     assert counts == {"kafka": records, "kip": records}
 
 
-# -- the KIP-848 consumer protocol -------------------------------------------------------------
+# -- the KIP-848 consumer protocol ----------------------------------------------------------------
 
 
 def test_kip_848_consumer_protocol(pair: Pair) -> None:

@@ -60,7 +60,7 @@ def configs(*args: str) -> tuple[str, ...]:
     return (CONFIGS, "--bootstrap-server", "{bs}", *args)
 
 
-# -- kafka-topics --------------------------------------------------------------------------------
+# -- kafka-topics ---------------------------------------------------------------------------------
 
 
 def test_kafka_topics(pair: Pair) -> None:
@@ -86,7 +86,7 @@ def test_kafka_topics(pair: Pair) -> None:
     ]))
 
 
-# -- kafka-configs -------------------------------------------------------------------------------
+# -- kafka-configs --------------------------------------------------------------------------------
 
 
 def test_kafka_configs_topic(pair: Pair) -> None:
@@ -162,7 +162,7 @@ def test_incremental_config_cases_on_apache_kafka(kafka1: KafkaCluster,
         incremental.reset_broker_levels(kafka1.bootstrap, "1", keep={"min.insync.replicas"})
 
 
-# -- kafka-consumer-groups, kafka-get-offsets ----------------------------------------------------
+# -- kafka-consumer-groups, kafka-get-offsets -----------------------------------------------------
 
 def _commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
     """Commits ``offsets`` for ``group`` (no member); retried while the coordinator is not
@@ -283,7 +283,7 @@ def test_kafka_get_offsets(pair: Pair) -> None:
     assert pair.runs[5] == "go:0:3\ngo:1:2"
 
 
-# -- kafka-transactions --------------------------------------------------------------------------
+# -- kafka-transactions ---------------------------------------------------------------------------
 
 # Times differ between two runs: epoch milliseconds, and a transaction's duration so far.
 TIMES = ((r"\b1\d{12}\b", "<time>"),
@@ -340,7 +340,7 @@ def test_kafka_transactions(pair: Pair) -> None:
         producers.clear()  # before the brokers stop
 
 
-# -- kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions (one node) ---------------
+# -- kafka-log-dirs, kafka-leader-election, kafka-reassign-partitions (one node) ------------------
 
 # Where each broker keeps its data.
 DATA_DIRS = ((r'"logDir":"[^"]*"', '"logDir":"<dir>"'),
@@ -390,7 +390,7 @@ def test_log_dirs_leader_election_reassign(pair: Pair) -> None:
     assert "Successfully started partition reassignments for mv-0,mv-1" in pair.runs[8]
 
 
-# -- kafka-features, kafka-metadata-quorum ---------------------------------------------------------
+# -- kafka-features, kafka-metadata-quorum --------------------------------------------------------
 
 
 def test_features_and_metadata_quorum_on_kip_broker(pair: Pair) -> None:
