@@ -29,7 +29,8 @@ SHARED_CONFIG = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 
-# Differences docs/broker.md lists as deliberate, taken out of both outputs:
+# Differences docs/broker.md lists as deliberate ("Kafka's own tools and Java clients"),
+# taken out of both outputs:
 DELIBERATE = (
     # kip broker lists every broker property that can supply a topic config's value among its
     # synonyms (log.retention.hours, log.roll.hours), with the built-in default it falls back

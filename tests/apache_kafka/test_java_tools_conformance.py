@@ -3,9 +3,9 @@ test, against a 1-node Apache Kafka: both must print the same thing (issue 47).
 
 Each test runs one list of commands on both brokers (one JVM per broker, tool_runs.py) and
 compares what each command printed and its exit code, after ids, addresses and column widths
-are taken out. The differences that are deliberate (docs/broker.md, "Kafka's tools") are
-taken out by name in ``DELIBERATE`` below, each with its reason there; anything else fails
-the test with both outputs shown.
+are taken out. The differences docs/broker.md lists as deliberate ("Kafka's own tools and Java
+clients") are taken out by name (conformance.DELIBERATE); anything else fails the test with
+both outputs shown.
 """
 
 from __future__ import annotations
