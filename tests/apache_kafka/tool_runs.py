@@ -17,22 +17,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_cluster import JVM_FLAGS, TOOL_FLAGS, TOOL_HEAP
+from kafka_cluster import JVM_FLAGS, TOOL_FLAGS, TOOL_HEAP, TOOL_LOG4J2
 from kafka_jars import JAVA_DIR, compiled_classpath, java
 from kafka_jars import classpath as kafka_classpath
 
-# A console appender that follows System.setErr, so that each command's log lines land in
-# that command's stderr.
-BATCH_LOG4J2 = """status = error
-appender.e.type = Console
-appender.e.name = ERR
-appender.e.target = SYSTEM_ERR
-appender.e.follow = true
-appender.e.layout.type = PatternLayout
-appender.e.layout.pattern = %p %c{1}: %m%n
-rootLogger.level = error
-rootLogger.appenderRef.e.ref = ERR
-"""
+# The tools' log configuration with a console appender that follows System.setErr, so that
+# each command's log lines land in that command's stderr.
+BATCH_LOG4J2 = TOOL_LOG4J2.replace("appender.e.target = SYSTEM_ERR\n",
+                                   "appender.e.target = SYSTEM_ERR\nappender.e.follow = true\n")
+assert "follow" in BATCH_LOG4J2
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 CONFIGS = "kafka.admin.ConfigCommand"
