@@ -242,11 +242,12 @@ def _isolation_topic(bootstrap: str, topic: str) -> Producer:
     return txn
 
 
-def _console(isolation: str, *extra: str) -> tuple[str, ...]:
+def _console(isolation: str, records: int) -> tuple[str, ...]:
+    """Reads ``records`` (then stops at once), or what there is in 10 s."""
     return (CONSOLE_CONSUMER, "--bootstrap-server", "{bs}", "--topic", "iso", "--partition",
-            "0", "--offset", "earliest", "--isolation-level", isolation, "--timeout-ms", "5000",
-            "--formatter-property", "print.offset=true", "--formatter-property", "print.key=true",
-            *extra)
+            "0", "--offset", "earliest", "--isolation-level", isolation, "--max-messages",
+            str(records), "--timeout-ms", "10000", "--formatter-property", "print.offset=true",
+            "--formatter-property", "print.key=true")
 
 
 def test_console_consumer_at_both_isolation_levels(pair: Pair) -> None:
@@ -256,7 +257,7 @@ def test_console_consumer_at_both_isolation_levels(pair: Pair) -> None:
     open_txns = [_isolation_topic(target.bootstrap, "iso") for target in (pair.kafka, pair.kip)]
     try:
         on_kafka, on_kip = run_both(pair.kafka, pair.kip, [
-            _console("read_committed"), _console("read_uncommitted")])
+            _console("read_committed", 4), _console("read_uncommitted", 8)])
     finally:
         for txn in open_txns:
             txn.abort_transaction(30)
@@ -279,7 +280,7 @@ def _copier(target: Target, name: str) -> subprocess.Popen:
                  "--input-topic", "copy-in", "--input-partition", "0", "--output-topic",
                  "copy-out", "--consumer-group", "copier", "--transaction-size", "400",
                  # Kafka's new copier waits for the dead one's transaction to time out
-                 "--transaction-timeout", "10000",
+                 "--transaction-timeout", "5000",
                  "--use-group-metadata", name=name)
 
 
