@@ -108,3 +108,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
             for node_id in cluster.nodes:
                 item.add_report_section("call", f"{name} node {node_id}",
                                         cluster.log_tail(node_id))
+
+
+@pytest.fixture(scope="module")
+def kafka1(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """1 node, Kafka 4.x's defaults (``transaction.version`` 2), per module: the reference
+    the conformance tests compare ``kip broker`` with."""
+    cluster = _start(tmp_path_factory.mktemp("kafka1"), 1)
+    try:
+        yield cluster
+    finally:
+        cluster.close()

@@ -122,21 +122,27 @@ def classpath() -> str:
     return str(fetch() / "*")
 
 
-READER_SOURCE = Path(__file__).with_name("java") / "ReadTopics.java"
+JAVA_DIR = Path(__file__).with_name("java")
+READER_SOURCE = JAVA_DIR / "ReadTopics.java"
 
 
 def reader_classpath() -> str:
-    """Kafka's classpath plus the tests' Java reader (java/ReadTopics.java), compiled once
+    """Kafka's classpath plus the tests' Java reader (java/ReadTopics.java)."""
+    return compiled_classpath(READER_SOURCE)
+
+
+def compiled_classpath(source_path: Path) -> str:
+    """Kafka's classpath plus one of the tests' Java classes (a file of java/), compiled once
     per source version into the cache."""
-    source = READER_SOURCE.read_bytes()
-    out = lib_dir().parent / f"reader-{hashlib.sha256(source).hexdigest()[:12]}"
-    if not (out / "ReadTopics.class").exists():
-        staged = Path(tempfile.mkdtemp(dir=lib_dir().parent, prefix="reader-"))
+    source = source_path.read_bytes()
+    out = lib_dir().parent / f"{source_path.stem.lower()}-{hashlib.sha256(source).hexdigest()[:12]}"
+    if not (out / f"{source_path.stem}.class").exists():
+        staged = Path(tempfile.mkdtemp(dir=lib_dir().parent, prefix="javac-"))
         proc = subprocess.run([javac() or "javac", "-cp", classpath(), "-d", str(staged),
-                               str(READER_SOURCE)], capture_output=True, text=True,
+                               str(source_path)], capture_output=True, text=True,
                               timeout=300)
         if proc.returncode != 0:
-            raise RuntimeError(f"javac failed on {READER_SOURCE.name}:\n{proc.stderr}")
+            raise RuntimeError(f"javac failed on {source_path.name}:\n{proc.stderr}")
         if out.exists():
             shutil.rmtree(staged)
         else:

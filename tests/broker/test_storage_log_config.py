@@ -61,18 +61,18 @@ def test_parse_from_strings():
 @pytest.mark.parametrize(
     ("name", "value", "reason"),
     [
-        ("segment.bytes", "abc", "integer"),
-        ("segment.bytes", "1.5", "integer"),
-        ("segment.bytes", "3000000000", "int"),
+        ("segment.bytes", "abc", "Not a number of type INT"),
+        ("segment.bytes", "1.5", "Not a number of type INT"),
+        ("segment.bytes", "3000000000", "Not a number of type INT"),
         ("segment.bytes", "10", "at least 14"),
         ("retention.ms", "-2", "at least -1"),
         ("flush.messages", "0", "at least 1"),
-        ("cleanup.policy", "compact,nope", "unknown policy"),
+        ("cleanup.policy", "compact,nope", "String must be one of: compact, delete"),
         ("cleanup.policy", "delete,delete", "twice"),
         ("message.timestamp.type", "createtime", "one of"),
         ("check.expected.offsets", "yes", "true or false"),
         ("min.insync.replicas", "0", "at least 1"),
-        ("no.such.config", "1", "unknown"),
+        ("no.such.config", "1", "Unknown topic config name: no.such.config"),
         ("retention.ms", None, "null"),
     ],
 )

@@ -39,7 +39,8 @@ SERVED_3_9 = {
     18: (0, 4), 19: (0, 7), 20: (0, 6), 21: (0, 2), 22: (0, 5), 23: (0, 4), 24: (0, 5),
     25: (0, 4), 26: (0, 4), 27: (0, 1), 28: (0, 4), 29: (0, 3), 30: (0, 3), 31: (0, 3),
     32: (0, 4), 33: (0, 2), 34: (0, 2), 35: (0, 4), 36: (0, 2), 37: (0, 3), 42: (0, 2),
-    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 50: (0, 0), 51: (0, 0),
+    43: (0, 2), 44: (0, 1), 45: (0, 0), 46: (0, 0), 47: (0, 0), 48: (0, 1), 50: (0, 0),
+    51: (0, 0),
     60: (0, 1), 61: (0, 0), 65: (0, 0), 66: (0, 1), 74: (0, 0),
     75: (0, 0),
 }
@@ -197,5 +198,18 @@ def test_list_client_metrics_resources_is_empty(broker: EmbeddedBroker) -> None:
     try:
         body = client.request(LIST_CLIENT_METRICS_RESOURCES, 0)
         assert (body.error_code, body.config_resources) == (ec.NONE, ())
+    finally:
+        client.close()
+
+
+def test_describe_client_quotas_is_empty(broker: EmbeddedBroker) -> None:
+    """No client quotas are kept: any filter matches none (Kafka's kafka-configs asks for a
+    user's quotas next to their SCRAM credentials: tests/apache_kafka's conformance module)."""
+    client = RawClient(broker.bootstrap_servers)
+    try:
+        for version in (0, 1):
+            body = client.request(48, version, strict=False, components=[
+                {"entity_type": "user", "match_type": 0, "match": "alice"}])
+            assert (body.error_code, body.error_message, body.entries) == (ec.NONE, None, ())
     finally:
         client.close()

@@ -154,14 +154,14 @@ def test_per_broker_and_default_levels_with_sources_and_synonyms(admin, broker) 
 
 
 @pytest.mark.parametrize(("name", "entity", "value", "words"), [
-    ("num.partitions", "1", "3", "Cannot update these configs dynamically: Set(num.partitions)"),
-    ("log.dirs", "", "/tmp/x", "Cannot update these configs dynamically: Set(log.dirs)"),
+    ("num.partitions", "1", "3", "Cannot update these configs dynamically: [num.partitions]"),
+    ("log.dirs", "", "/tmp/x", "Cannot update these configs dynamically: [log.dirs]"),
     ("ssl.keystore.location", "1", "/tmp/k.pem",
      "These security configs can be dynamically updated only per-listener using the listener "
-     "prefix: Set(ssl.keystore.location)"),
+     "prefix: [ssl.keystore.location]"),
     ("listener.name.ssl.ssl.keystore.location", "", "/tmp/k.pem",
      "Cannot update these configs at default cluster level, broker id must be specified: "
-     "Set(listener.name.ssl.ssl.keystore.location)"),
+     "[listener.name.ssl.ssl.keystore.location]"),
     ("advertised.listeners", "", "PLAINTEXT://h:1",
      "Cannot update these configs at default cluster level, broker id must be specified"),
     ("max.connections", "1", "many",
@@ -172,12 +172,10 @@ def test_per_broker_and_default_levels_with_sources_and_synonyms(admin, broker) 
 def test_refusals_have_kafkas_code_and_words(shared_admin, shared, name, entity, value,
                                              words) -> None:
     admin, broker = shared_admin, shared
-    prefix = f"Invalid config value for resource ConfigResource(type=BROKER, name='{entity}')"
     if entity == "":
         err = incremental(broker.bootstrap, "", (name, value, SET))
         assert isinstance(err, RequestFailed), err
-        assert str(err).startswith(f"INVALID_REQUEST: {prefix}"), str(err)
-        assert words in str(err), str(err)
+        assert str(err).startswith(f"INVALID_REQUEST: {words}"), str(err)
     for call in (lambda: incremental(admin, entity, (name, value, SET)),
                  lambda: alter(admin, entity, {name: value})):
         if entity == "":
@@ -185,8 +183,7 @@ def test_refusals_have_kafkas_code_and_words(shared_admin, shared, name, entity,
         err = call()
         assert isinstance(err, KafkaError), err
         assert err.code() == KafkaError.INVALID_REQUEST
-        assert err.str().startswith(prefix), err.str()
-        assert words in err.str(), err.str()
+        assert err.str().startswith(words), err.str()
     assert describe(broker.bootstrap, "") == {}
     assert describe(admin)[name if name in describe(admin) else "node.id"].source != (
         ConfigSource.DYNAMIC_BROKER_CONFIG.value)

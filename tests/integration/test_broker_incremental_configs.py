@@ -20,6 +20,8 @@ test_broker_dynamic_configs.py.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import pytest
@@ -38,6 +40,7 @@ from kipproducer.blocking_client import BlockingClient
 from kipproducer.protocol.api_keys import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 TIMEOUT = 15.0
+SETTLE_S = 10.0
 NODE, TOPIC = "<node>", "<topic>"
 BROKER, TOPIC_TYPE = 4, 2
 SET, DELETE, APPEND, SUBTRACT = "SET", "DELETE", "APPEND", "SUBTRACT"
@@ -244,16 +247,26 @@ def run_case(case: Case, bootstrap: str, node: str = "1") -> None:
         elif code != NONE:
             assert message, "a refusal says why"
     for (resource, where, config), value in case.expect.items():
-        described = _describe_raw(bootstrap, resource, _resolve(where, node, topic))
-        assert described[config].value == value, (config, where, described.get(config))
+        # Apache Kafka's brokers apply a dynamic config when the controller's record reaches
+        # them, a moment after the answer: asked again until then (kip broker answers at once).
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            # (Kafka's cluster default lists only the configs set there)
+            entry = _describe_raw(bootstrap, resource, _resolve(where, node, topic)).get(config)
+            if (entry is not None and entry.value == value) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert entry is not None and entry.value == value, (config, where, entry)
 
 
-def reset_broker_levels(bootstrap: str, node: str = "1") -> None:
-    """DELETE every dynamic value a case left at both broker levels."""
+def reset_broker_levels(bootstrap: str, node: str = "1", keep: Collection[str] = ()) -> None:
+    """DELETE every dynamic value a case left at both broker levels, but those in ``keep``
+    (Apache Kafka keeps min.insync.replicas as a cluster default it refuses to delete)."""
     for name in (node, ""):
         dynamic = [n for n, c in _describe_raw(bootstrap, BROKER, name).items()
-                   if c.config_source in (ConfigSource.DYNAMIC_BROKER_CONFIG.value,
-                                          ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
+                   if n not in keep
+                   and c.config_source in (ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+                                           ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)]
         if dynamic:
             code, message = _send_raw(bootstrap, BROKER, name,
                                       [(n, DELETE, None) for n in dynamic])

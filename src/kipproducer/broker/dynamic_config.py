@@ -1,19 +1,19 @@
-"""Dynamic broker configs (KIP-226) with Kafka 3.9's rules, kept in the data dir.
+"""Dynamic broker configs (KIP-226) with Kafka's rules, kept in the data dir.
 
 Two levels, as in Kafka: per-broker (the BROKER resource named after this node's id) and the
 cluster default (the BROKER resource with an empty name). The value in force is, most specific
 first: per-broker dynamic, cluster-default dynamic, static (``--config`` at start), default.
 
-Kafka's rules for an update (what it refuses, with INVALID_REQUEST and these words):
+Kafka's rules for an update (what it refuses, with INVALID_REQUEST and Kafka 4.x's words):
 
 - a config Kafka cannot change at run time (``num.partitions``, ``log.dirs``, ``node.id``,
-  ...): "Cannot update these configs dynamically: Set(name)";
+  ...): "Cannot update these configs dynamically: [name]";
 - an SSL keystore or truststore config without a listener prefix
   (``ssl.keystore.location`` rather than ``listener.name.ssl.ssl.keystore.location``):
   "These security configs can be dynamically updated only per-listener using the listener
-  prefix: Set(name)";
+  prefix: [name]";
 - a per-broker config (listeners, listener TLS material) set as a cluster default: "Cannot
-  update these configs at default cluster level, broker id must be specified: Set(name)";
+  update these configs at default cluster level, broker id must be specified: [name]";
 - a bad value: "Invalid value V for configuration NAME: ...".
 
 Names the broker does not know at all are kept and described, as Kafka keeps custom broker
@@ -121,8 +121,8 @@ def is_dynamic(name: str) -> bool:
     return base_name(name) in ALL_DYNAMIC
 
 
-def _scala_set(names: Iterable[str]) -> str:
-    return "Set(" + ", ".join(sorted(names)) + ")"
+def _java_set(names: Iterable[str]) -> str:
+    return "[" + ", ".join(sorted(names)) + "]"
 
 
 def _check_value(name: str, value: str) -> None:
@@ -155,12 +155,12 @@ def validate(updates: Mapping[str, str | None], per_broker: bool,
     names = set(updates)
     static = {n for n in names if n in known_names and not is_dynamic(n)}
     if static:
-        raise DynamicConfigError(f"Cannot update these configs dynamically: {_scala_set(static)}")
+        raise DynamicConfigError(f"Cannot update these configs dynamically: {_java_set(static)}")
     unprefixed = names & SSL_RECONFIGURABLE
     if unprefixed:
         raise DynamicConfigError(
             "These security configs can be dynamically updated only per-listener using the "
-            f"listener prefix: {_scala_set(unprefixed)}")
+            f"listener prefix: {_java_set(unprefixed)}")
     for name, value in updates.items():
         if value is not None:
             _check_value(base_name(name), value)
@@ -173,7 +173,7 @@ def validate(updates: Mapping[str, str | None], per_broker: bool,
         if only_per_broker:
             raise DynamicConfigError(
                 "Cannot update these configs at default cluster level, broker id must be "
-                f"specified: {_scala_set(only_per_broker)}")
+                f"specified: {_java_set(only_per_broker)}")
 
 
 class DynamicConfigs:

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     admin,
     client_metrics,
+    client_quotas,
     cluster,
     describe_topic_partitions,
     fetch,

@@ -128,8 +128,11 @@ async def create_topics(ctx: RequestContext, body):
             if topic.replication_factor not in (-1, 1):
                 raise _Refused(
                     ec.INVALID_REPLICATION_FACTOR,
-                    f"replication factor {topic.replication_factor} is larger than "
-                    "the 1 broker of this cluster",
+                    # Kafka's words, so that its tools print the same line on either broker
+                    f"Unable to replicate the partition {topic.replication_factor} time(s): "
+                    f"The target replication factor of {topic.replication_factor} cannot be "
+                    "reached because only 1 broker(s) are registered or some brokers have all "
+                    "their log directories cordoned.",
                 )
             configs = {c.name: c.value for c in topic.configs}
             info = logs.create_topic(
@@ -388,7 +391,7 @@ def _check_incremental_request(configs) -> None:
 def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bool,
                   answer: dict) -> dict:
     """KIP-226: a per-broker (name = node id) or cluster-default (empty name) update, with
-    Kafka 3.9's checks and its INVALID_REQUEST "Invalid config value for resource" refusal."""
+    Kafka's checks and its INVALID_REQUEST refusals (Kafka 4.x's words)."""
     broker = ctx.broker
     name = res.resource_name
     if name not in ("", str(broker.node_id)):
@@ -432,9 +435,7 @@ def _alter_broker(ctx: RequestContext, res, validate_only: bool, incremental: bo
     except _Refused as refused:
         answer.update(error_code=refused.code, error_message=str(refused))
     except (DynamicConfigError, ValueError) as exc:
-        answer.update(error_code=ec.INVALID_REQUEST,
-                      error_message="Invalid config value for resource ConfigResource("
-                      f"type=BROKER, name='{name}'): {exc}")
+        answer.update(error_code=ec.INVALID_REQUEST, error_message=str(exc))
     return answer
 
 

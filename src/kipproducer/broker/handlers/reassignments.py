@@ -55,8 +55,11 @@ async def elect_leaders(ctx: RequestContext, body):
     for topic, partition in dict.fromkeys(requested):
         if top != ec.NONE:
             code, message = top, None
+        elif topic not in topics:  # Kafka's words (kafka-leader-election prints them)
+            code, message = ec.UNKNOWN_TOPIC_OR_PARTITION, f"No such topic as {topic}"
         elif not _exists(topics, topic, partition):
-            code, message = ec.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} does not exist"
+            code, message = (ec.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"No such partition as {topic}-{partition}")
         else:
             code, message = ELECTION_NOT_NEEDED, f"{topic}-{partition} already has its leader"
         by_topic.setdefault(topic, []).append(

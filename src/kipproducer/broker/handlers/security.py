@@ -290,10 +290,12 @@ async def describe_user_scram_credentials(ctx: RequestContext, body):
         entry: dict[str, Any] = {"user": name, "error_code": ec.NONE, "error_message": None}
         if counts[name] > 1:
             entry.update(error_code=DUPLICATE_RESOURCE,
-                         error_message=f"user {name!r} is named more than once")
+                         error_message="Cannot describe SCRAM credentials for the same user "
+                                       "twice in a single request")
         elif name not in known:
             entry.update(error_code=RESOURCE_NOT_FOUND,
-                         error_message=f"user {name!r} has no SCRAM credential")
+                         error_message="Attempt to describe a user credential that does not "
+                                       "exist")
         else:
             entry["credential_infos"] = [
                 {"mechanism": SCRAM_CODE_OF[m], "iterations": i}
@@ -327,9 +329,11 @@ async def alter_user_scram_credentials(ctx: RequestContext, body):
             results[name].update(error_code=ec.CLUSTER_AUTHORIZATION_FAILED,
                                  error_message=f"{ctx.principal} lacks Alter on the cluster")
         elif named.count(name) > 1:
-            # Kafka refuses a user altered twice in one request (its changes would race).
-            results[name].update(error_code=DUPLICATE_RESOURCE,
-                                 error_message=f"user {name!r} is named more than once")
+            # Kafka refuses a user altered twice in one request (its changes would race); the
+            # messages of this handler are Kafka's words, as its tools print them.
+            results[name].update(
+                error_code=DUPLICATE_RESOURCE,
+                error_message="A user credential cannot be altered twice in the same request")
         else:
             try:
                 validate_user_name(name)
@@ -350,7 +354,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, body):
             elif not await _off_loop(users.remove, d.name, mechanism):
                 results[d.name].update(
                     error_code=RESOURCE_NOT_FOUND,
-                    error_message=f"user {d.name!r} has no {mechanism} credential to delete")
+                    error_message="Attempt to delete a user credential that does not exist")
         for u in body.upsertions:
             if not ok(u.name):
                 continue

@@ -41,6 +41,8 @@ PARTLY: Final = "accepted; some values refused"
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DOUBLE = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
+_KIND = {TYPE_INT: "INT", TYPE_LONG: "LONG", TYPE_SHORT: "SHORT"}  # Kafka's ConfigDef.Type names
+
 Validator = Callable[[Any], "str | None"]
 
 
@@ -104,21 +106,20 @@ def parse_typed(name: str, config_type: int, text: str) -> Any:
     stripped = text.strip()
     if config_type in (TYPE_INT, TYPE_LONG, TYPE_SHORT):
         if not _INTEGER.fullmatch(stripped):
-            raise InvalidConfigError(name, text, "expected an integer")
+            raise InvalidConfigError(name, text, f"Not a number of type {_KIND[config_type]}")
         value = int(stripped)
         bound = {TYPE_INT: INT_MAX, TYPE_LONG: LONG_MAX, TYPE_SHORT: 2**15 - 1}[config_type]
-        if not -bound - 1 <= value <= bound:
-            kind = {TYPE_INT: "an int", TYPE_LONG: "a long", TYPE_SHORT: "a short"}[config_type]
-            raise InvalidConfigError(name, text, f"does not fit {kind}")
+        if not -bound - 1 <= value <= bound:  # Java's parse fails on it: the same words
+            raise InvalidConfigError(name, text, f"Not a number of type {_KIND[config_type]}")
         return value
     if config_type == TYPE_BOOLEAN:
         lowered = stripped.lower()
         if lowered not in ("true", "false"):
-            raise InvalidConfigError(name, text, "expected true or false")
+            raise InvalidConfigError(name, text, "Expected value to be either true or false")
         return lowered == "true"
     if config_type == TYPE_DOUBLE:
         if not _DOUBLE.fullmatch(stripped):
-            raise InvalidConfigError(name, text, "expected a number")
+            raise InvalidConfigError(name, text, "Not a number of type DOUBLE")
         number = float(stripped)
         if not math.isfinite(number):
             raise InvalidConfigError(name, text, "expected a finite number")

@@ -100,10 +100,22 @@ class InvalidConfigError(StorageError, ValueError):
     error_code = INVALID_CONFIG
 
     def __init__(self, name: str, value: object, reason: str) -> None:
-        super().__init__(f"invalid value {value!r} for configuration {name}: {reason}")
+        # Kafka's ConfigException wording, so that its tools print the same line on either broker
+        super().__init__(f"Invalid value {value} for configuration {name}: {reason}")
         self.name = name
         self.value = value
         self.reason = reason
+
+
+class UnknownConfigError(InvalidConfigError):
+    """A topic config name Kafka does not know."""
+
+    def __init__(self, name: str, what: str = "topic") -> None:
+        super().__init__(name, None, f"unknown {what} config")
+        self.args = (f"Unknown {what} config name: {name}",)
+
+    def __str__(self) -> str:
+        return self.args[0]
 
 
 class UnknownTopicError(StorageError, KeyError):

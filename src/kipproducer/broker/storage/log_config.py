@@ -29,7 +29,7 @@ from .config_def import (
     TYPE_STRING,
     ConfigDef,
 )
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, UnknownConfigError
 from .topic_configs import (
     CLEANUP_COMPACT,
     CLEANUP_DELETE,
@@ -84,7 +84,7 @@ def _parse_all(
         if definition is None:
             if allow_unknown:
                 continue
-            raise InvalidConfigError(name, text, f"unknown {what} config")
+            raise UnknownConfigError(name, what)
         parsed[definition.attr] = definition.parse(text)
     return parsed
 
@@ -198,7 +198,7 @@ class LogConfig:
         overrides: dict[str, str | None] = dict(self.overrides)
         for name in delete:
             if name not in CONFIG_BY_NAME:
-                raise InvalidConfigError(name, None, "unknown topic config")
+                raise UnknownConfigError(name)
             overrides.pop(name, None)
         overrides.update(set_values or {})
         return self.with_overrides(overrides)
@@ -207,7 +207,7 @@ class LogConfig:
         """The typed value of a config by its Kafka name."""
         definition = CONFIG_BY_NAME.get(name)
         if definition is None:
-            raise InvalidConfigError(name, None, "unknown topic config")
+            raise UnknownConfigError(name)
         return getattr(self, definition.attr)
 
     @property

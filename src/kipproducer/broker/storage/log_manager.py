@@ -82,17 +82,21 @@ def check_creatable(name: str) -> None:
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's topic name rules; raises InvalidTopicError."""
-    if not name or name in (".", ".."):
-        raise InvalidTopicError(f"topic name {name!r} is illegal")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(
-            f"topic name is {len(name)} characters long; the limit is {MAX_TOPIC_NAME_LENGTH}"
-        )
-    if not _LEGAL_TOPIC_NAME.fullmatch(name):
-        raise InvalidTopicError(
-            f"topic name {name!r} is illegal: only ASCII letters, digits, '.', '_' and '-'"
-        )
+    """Kafka's topic name rules; raises InvalidTopicError with Kafka's words (its tools print
+    them, and they must read the same on either broker)."""
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name) > MAX_TOPIC_NAME_LENGTH:
+        reason = (f"the length of '{name}' is longer than the max allowed length "
+                  f"{MAX_TOPIC_NAME_LENGTH}")
+    elif not _LEGAL_TOPIC_NAME.fullmatch(name):
+        reason = (f"'{name}' contains one or more characters other than ASCII alphanumerics, "
+                  "'.', '_' and '-'")
+    else:
+        return
+    raise InvalidTopicError(f"Topic name is invalid: {reason}")
 
 
 @dataclass(frozen=True)
@@ -316,7 +320,7 @@ class LogManager:
         with self._lock:
             self._check_open()
             if name in self._topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
+                raise TopicExistsError(f"Topic '{name}' already exists.")  # Kafka's words
             info = TopicInfo(name, topic_id or uuid.uuid4(), partitions, config)
             if validate_only:
                 return info
@@ -334,10 +338,13 @@ class LogManager:
         """CreatePartitions: grow the topic to ``total`` partitions (never shrink)."""
         with self._lock:
             info = self.topic(name)
-            if total <= info.partitions:
+            # Kafka's words, so that kafka-topics prints the same line on either broker
+            if total == info.partitions:
+                raise InvalidPartitionsError(f"Topic already has {total} partition(s).")
+            if total < info.partitions:
                 raise InvalidPartitionsError(
-                    f"topic {name!r} has {info.partitions} partitions; the new count {total} "
-                    "must be larger"
+                    f"The topic {name} currently has {info.partitions} partition(s); {total} "
+                    "would not be an increase."
                 )
             grown = TopicInfo(name, info.topic_id, total, info.config)
             if validate_only:

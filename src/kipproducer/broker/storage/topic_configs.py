@@ -54,7 +54,7 @@ def _cleanup_policy(value: Any) -> str | None:
     # last policy leaves).
     unknown = [item for item in value if item not in (CLEANUP_COMPACT, CLEANUP_DELETE)]
     if unknown:
-        return f"unknown policy {unknown[0]!r}; valid values are compact, delete"
+        return "String must be one of: compact, delete"  # Kafka's words
     if len(set(value)) != len(value):
         return "lists a policy twice"
     return None
