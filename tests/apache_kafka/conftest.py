@@ -102,7 +102,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
     """A failed test on Apache Kafka shows the end of every node's log."""
     if call.excinfo is None or call.when != "call":
         return
-    for name in ("kafka3", "kafka1_tv0", "kafka1_secured"):
+    for name in ("kafka3", "kafka1", "kafka1_tv0", "kafka1_secured"):
         cluster = getattr(item, "funcargs", {}).get(name)
         if isinstance(cluster, KafkaCluster):
             for node_id in cluster.nodes:
