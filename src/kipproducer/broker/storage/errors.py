@@ -35,6 +35,12 @@ class LogClosedError(StorageError):
     """The partition log was closed (or deleted) while a caller still used it."""
 
 
+class LogOfflineError(LogClosedError):
+    """The partition log hit an I/O error (a full disk, EIO, a failed fsync) and went offline:
+    every request on it answers KAFKA_STORAGE_ERROR until the broker restarts on a healthy
+    disk, as Kafka does with a failed log directory."""
+
+
 class OffsetOutOfRangeError(StorageError):
     """A read or DeleteRecords offset outside [log start offset, log end offset]."""
 
