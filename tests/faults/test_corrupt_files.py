@@ -23,7 +23,7 @@ from fault_support import (
     read_partition,
     segment_files,
 )
-from integration_support import create_topics, unique
+from integration_support import BrokerStartError, create_topics, unique
 
 from kipproducer.protocol import error_codes as ec
 
@@ -134,3 +134,32 @@ def test_a_damaged_file_is_rebuilt_and_the_last_sequence_is_still_a_duplicate(
     assert (after.error_code, after.base_offset) == (ec.NONE, RECORDS)
     broker.wait_for_log(logged, timeout=1)
     writer.close()
+
+
+def test_a_damaged_producer_id_counter_is_refused_with_one_message(kip_broker) -> None:
+    """producer-ids.json cannot be rebuilt from the logs (an id must never repeat): a flipped
+    digit is refused at startup with one line, and the broker starts once the file is
+    replaced as the line says."""
+    broker = kip_broker()
+    topic = unique("pids")
+    create_topics(broker.bootstrap, {topic: 1})
+    first = IdempotentWriter(broker.bootstrap, topic)
+    first.close()
+    assert broker.stop() == 0
+    counter = broker.data_dir / "producer-ids.json"
+    text = counter.read_text()
+    digit = re.search(r'"next_block_start": (\d)', text).start(1)
+    counter.write_text(text[:digit] + chr(ord(text[digit]) ^ 1) + text[digit + 1 :])
+
+    with pytest.raises(BrokerStartError):
+        broker.start()
+    assert broker.proc.returncode == 2
+    last_start = broker.stderr_text().rsplit("==== start", 1)[1]
+    assert "Traceback" not in last_start
+    assert f"kip broker: {counter}: " in last_start
+    assert "the file is damaged" in last_start and "cannot be handed out safely" in last_start
+    counter.write_text('{"version": 1, "next_block_start": 5000}')
+    broker.start()
+    again = IdempotentWriter(broker.bootstrap, topic)
+    assert again.producer_id >= 5000 > first.producer_id
+    again.close()

@@ -53,6 +53,7 @@ from kipproducer.protocol.error_codes import (
 from kipproducer.records import MAX_SEQUENCE, Batch, next_sequence
 
 from .storage.durable_files import read_checked_json, write_checked_json_atomically
+from .storage.errors import DamagedFileError
 
 log = logging.getLogger("kipproducer.broker.storage")
 
@@ -584,7 +585,7 @@ class ProducerIdAllocator:
         try:
             document = read_checked_json(self.path)
         except ValueError as exc:
-            raise ValueError(
+            raise DamagedFileError(
                 f"{exc}; producer ids cannot be handed out safely (one could repeat): restore "
                 'the file, or replace it with {"version": 1, "next_block_start": N}, N above '
                 "every producer id in use"
@@ -594,7 +595,8 @@ class ProducerIdAllocator:
         elif isinstance(document, dict) and document.get("version") == self.VERSION:
             start = int(document["next_block_start"])
         else:
-            raise ValueError(f"{self.path} is not a producer id block file of a known version")
+            raise DamagedFileError(
+                f"{self.path} is not a producer id block file of a known version")
         self._next_id = start
         self._block_end = start  # nothing reserved yet in this process
 

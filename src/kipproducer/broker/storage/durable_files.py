@@ -63,7 +63,10 @@ def read_checked_json(path: str | os.PathLike[str]) -> Any | None:
     """The document ``write_checked_json_atomically`` wrote, or None when the file does not
     exist; ValueError when it is not JSON or its checksum does not match (a document without
     one, written before checksums, is returned as it is)."""
-    document = read_json(path)
+    try:
+        document = read_json(path)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON, the file is damaged ({exc})") from None
     if isinstance(document, dict) and CHECKSUM_KEY in document:
         stored = document.pop(CHECKSUM_KEY)
         if stored != crc32c(_canonical(document)):

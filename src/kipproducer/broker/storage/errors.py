@@ -31,6 +31,11 @@ class CorruptLogError(StorageError):
     """Data the log trusted (below its recovery point) is unreadable; needs an operator."""
 
 
+class DamagedFileError(StorageError, ValueError):
+    """A file of the data dir that cannot be rebuilt from the logs is damaged: the broker
+    refuses to start, with this one message, rather than guess."""
+
+
 class LogClosedError(StorageError):
     """The partition log was closed (or deleted) while a caller still used it."""
 
