@@ -24,10 +24,13 @@ a gap as "the next batch after it".
 
 Durability follows Kafka: appends go to the page cache, and are fsynced every
 ``flush.messages`` records (1 = before each append returns), when ``flush.ms`` has passed
-(``flush_if_due``, from the broker's timer), when a segment is rolled (at the next flush) and on
-close. The recovery point is the offset below which everything is known to be fsynced; on open
-every batch at or above it is validated (CRC-32C and records) and the log is cut at the first
-torn or corrupt batch. Index files are rebuilt whenever they do not check out.
+(``flush_if_due``, from the broker's timer), when a segment is rolled (before its successor is
+created, so a segment with a successor is whole after an OS crash) and on close. The recovery
+point is the offset below which everything is known to be fsynced; on open every batch at or
+above it is validated (CRC-32C and records) and the log is cut at the first torn or corrupt
+batch, unless the bad batch is known to have been fsynced (then the partition goes offline
+uncut, see ``LogSegment.recover``). An I/O error in an append or flush takes the partition
+offline (``_writing``). Index files are rebuilt whenever they do not check out.
 
 Thread safety: every public method may be called from any thread. One lock serializes
 appends, reads and the segment list (a read holds it only for its pread, about 40 us per MiB);
@@ -490,7 +493,7 @@ class PartitionLog:
                 outcome = segment.recover(
                     validate_from_offset=recovery_point, min_offset=min_offset,
                     every_append_fsynced=self._config.flush_messages == 1,
-                    later_segment_data=any(later.size for later in segments[i + 1 :]))
+                    followed_by_segment=not is_last)
             except DurableDataCorruptError as exc:
                 exc.base_offset = segment.base_offset
                 raise
@@ -572,6 +575,12 @@ class PartitionLog:
     def _roll_locked(self, base_offset: int) -> LogSegment:
         active = self._segments[-1]
         active.finish()
+        if active.flushed_size < active.size:
+            # Durable before the next segment's name is: after an OS crash a segment that has
+            # a successor is whole, so recovery never leaves a hole in the offsets behind a
+            # lost tail (and damage to it is damage, not a torn write).
+            active.fsync()
+            self._recovery_point = max(self._recovery_point, active.next_offset)
         segment = self._create_segment(base_offset)
         self._segments.append(segment)
         log.debug("%s: rolled segment %d", self.directory, base_offset)

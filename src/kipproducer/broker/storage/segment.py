@@ -209,7 +209,7 @@ class LogSegment:
         min_offset: int,
         *,
         every_append_fsynced: bool = False,
-        later_segment_data: bool = False,
+        followed_by_segment: bool = False,
     ) -> RecoveryOutcome:
         """Rebuild the indexes from the file and cut it at the first bad batch.
 
@@ -222,8 +222,9 @@ class LogSegment:
         bad batch there is damage to durable data (a bit flip, a failing disk), not a torn
         write: DurableDataCorruptError is raised and the file is left as it is. The recovery
         point on disk lags the last fsync, so with ``every_append_fsynced`` (flush.messages=1)
-        a bad batch followed by a whole valid one (or by ``later_segment_data``) is such
-        damage too: only the last append can have been torn.
+        a bad batch followed by a whole valid one is such damage too (only the last append can
+        have been torn), and so is any bad batch of a segment followed by
+        ``followed_by_segment``: a segment is fsynced before the next one is created.
         """
         self.offset_index.clear()
         self.time_index.clear()
@@ -276,11 +277,11 @@ class LogSegment:
             raise
         except SegmentCorruptionError as exc:
             reason = str(exc)
-        if reason is not None and every_append_fsynced and later_segment_data:
+        if reason is not None and followed_by_segment:
             raise DurableDataCorruptError(
                 good_end,
-                f"{reason}; later segments hold data, and with flush.messages=1 this one was "
-                "fsynced before they were written",
+                f"{reason}; a later segment exists, and a segment is fsynced when the next "
+                "one is created",
             )
         if reason is not None and expected < validate_from_offset:
             raise DurableDataCorruptError(
