@@ -732,16 +732,10 @@ class PartitionLog:
             if config.log_append_time:
                 log_append_time = max_timestamp = _now_ms()
             with self._writing("an append"):
-                active = self._segments[-1]
-                if self._should_roll(active, len(batch_buf), max_timestamp, last_offset):
-                    active = self._roll_locked(base_offset)
-                if base_offset != batch.base_offset:
-                    set_base_offset(batch_buf, base_offset)
-                set_partition_leader_epoch(batch_buf, leader_epoch)
-                if log_append_time >= 0:
-                    stamp_log_append_time(batch_buf, log_append_time)
                 marker = read_end_txn_marker(batch) if batch.is_control else None
-                active.append(batch_buf, base_offset, last_offset, max_timestamp)
+                active = self._place_and_write(batch_buf, batch.base_offset, base_offset,
+                                               last_offset, max_timestamp, leader_epoch,
+                                               log_append_time)
                 if producer_id >= 0 and marker is not None:
                     # A marker that arrives as a batch (replication) closes the transaction as
                     # append_marker does.
@@ -772,6 +766,22 @@ class PartitionLog:
             return AppendResult(
                 base_offset, last_offset, log_append_time, self._log_start_offset, last_offset + 1
             )
+
+    def _place_and_write(self, buf: bytearray | memoryview, own_base_offset: int,
+                         base_offset: int, last_offset: int, max_timestamp: int,
+                         leader_epoch: int, log_append_time: int) -> LogSegment:
+        """Roll if the batch does not fit, patch its offsets, leader epoch and (LogAppendTime)
+        timestamp in place, write it; the segment it went to."""
+        active = self._segments[-1]
+        if self._should_roll(active, len(buf), max_timestamp, last_offset):
+            active = self._roll_locked(base_offset)
+        if base_offset != own_base_offset:
+            set_base_offset(buf, base_offset)
+        set_partition_leader_epoch(buf, leader_epoch)
+        if log_append_time >= 0:
+            stamp_log_append_time(buf, log_append_time)
+        active.append(buf, base_offset, last_offset, max_timestamp)
+        return active
 
     def _duplicate_or_expected(self, checked, expected_base_offset: int | None
                                ) -> AppendResult | None:
@@ -847,15 +857,8 @@ class PartitionLog:
                     base_offset = next_offset if assign_offsets else batch.base_offset
                     last_offset = base_offset + batch.last_offset_delta
                     timestamp = log_append_time if log_append_time >= 0 else batch.max_timestamp
-                    active = self._segments[-1]
-                    if self._should_roll(active, len(buf), timestamp, last_offset):
-                        active = self._roll_locked(base_offset)
-                    if base_offset != batch.base_offset:
-                        set_base_offset(buf, base_offset)
-                    set_partition_leader_epoch(buf, leader_epoch)
-                    if log_append_time >= 0:
-                        stamp_log_append_time(buf, log_append_time)
-                    active.append(buf, base_offset, last_offset, timestamp)
+                    self._place_and_write(buf, batch.base_offset, base_offset, last_offset,
+                                          timestamp, leader_epoch, log_append_time)
                     if first_offset < 0:
                         first_offset = base_offset
                     max_timestamp = max(max_timestamp, timestamp)
