@@ -12,6 +12,7 @@ so every write (or fsync) of the broker fails with EIO while the point is on.
   no duplicate) and every batch passes its CRC.
 - write failing with EIO under a librdkafka producer: no false success, nothing partial read
   during the fault; after a restart the log ends at the last acknowledged offset + 1.
+- pread failing with EIO: fetches get KAFKA_STORAGE_ERROR, nothing partial is served.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kipproducer.protocol import error_codes as ec
 
 FSYNC = "posix/io/sync/fsync"
 WRITE = "posix/io/rw/write"
+PREAD = "posix/io/rw/pread"
 EIO = 5
 
 
@@ -131,3 +133,22 @@ def test_eio_on_segment_writes_never_acknowledges_and_leaves_nothing_partial(
     assert got == sorted((offset, value) for value, offset in acked.items())
     for path in segment_files(broker.data_dir, topic):
         assert all(batch.crc_ok for batch in batches_on_disk(path))
+
+
+def test_eio_on_segment_reads_fails_the_fetch_and_serves_nothing_partial(kip_broker, fiu) -> None:
+    """pread failing with EIO: fetches of the partition get KAFKA_STORAGE_ERROR, a consumer
+    reads nothing meanwhile (no partial batch), and reads everything once the disk reads
+    again; a read error changes nothing on disk, so the partition stays online."""
+    broker = kip_broker(wrapper=fiu)
+    topic = unique("read-eio")
+    create_topics(broker.bootstrap, {topic: 1})
+    writer = IdempotentWriter(broker.bootstrap, topic)
+    writer.write(30)
+    fail(broker.pid, PREAD)
+    assert read_partition(broker.bootstrap, topic, quiet_s=1.5) == []
+    fail(broker.pid, PREAD, on=False)
+    broker.wait_for_log("reading segment 0: [Errno 5] Input/output error")
+    assert read_partition(broker.bootstrap, topic, expect=30) == [
+        (s.offset, s.value) for s in writer.acked]
+    assert writer.send(30, b"more").error_code == ec.NONE
+    writer.close()

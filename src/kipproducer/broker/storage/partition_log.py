@@ -101,6 +101,7 @@ from .errors import (
     LogOfflineError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from .log_config import LONG_MAX, LogConfig
 from .segment import (
@@ -995,6 +996,10 @@ class PartitionLog:
                     except SegmentCorruptionError as exc:
                         raise CorruptLogError(
                             f"{self.directory}: segment {segment.base_offset} {exc}"
+                        ) from exc
+                    except OSError as exc:  # EIO: this read fails (56), nothing partial
+                        raise StorageError(
+                            f"{self.directory}: reading segment {segment.base_offset}: {exc}"
                         ) from exc
                     if found is not None:
                         break
