@@ -7,8 +7,9 @@ this process. Before each write, truncate, fsync, rename and unlink it records a
 every file's current content and its durable content. The model of the file system:
 
 - a file's data is durable as of its last successful fsync; an fsync that fails makes
-  nothing durable, and a later fsync of the same descriptor that succeeds is not trusted
-  either (the kernel may have dropped the failed pages): the durable content stays what it was;
+  nothing durable, and a later fsync of the same file that succeeds is not trusted either
+  (the kernel may have dropped the failed pages): the durable content stays what it was until
+  the file is cut back to it; ``fail_fsync_at`` makes the n-th fsync of a segment fail (EIO);
 - names (creation, rename, unlink) persist in program order, at once (the storage code
   fsyncs the directory right after each; a rename carries the durable content of its source,
   so a file renamed before its data was fsynced comes back empty or short);
@@ -22,6 +23,7 @@ lost, everything kept, a random prefix per file, random lost pages per file.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from collections.abc import Iterator
@@ -43,8 +45,10 @@ class CrashTracer:
 
     _WRAPPED = ("open", "write", "ftruncate", "fsync", "replace", "unlink", "dup", "close")
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, fail_fsync_at: int | None = None) -> None:
         self.root = root.resolve()
+        self.fail_fsync_at = fail_fsync_at
+        self.segment_fsyncs = 0
         self.points: list[CrashPoint] = []
         self.operations = 0
         self._fds: dict[int, str] = {}
@@ -94,8 +98,12 @@ class CrashTracer:
             if relative is not None:
                 self._point()
             result = real["ftruncate"](fd, length)
-            if relative is not None and relative in self._durable:
-                self._durable[relative] = self._durable[relative][:length]
+            if relative is not None:
+                durable = self._durable.get(relative, b"")
+                self._durable[relative] = durable[:length]
+                if length <= len(durable):
+                    # The pages a failed fsync left in doubt are cut off: trusted again.
+                    self._failed_fsync.discard(relative)
             return result
 
         def fsync(fd):
@@ -104,6 +112,10 @@ class CrashTracer:
                 return real["fsync"](fd)
             self._point()
             try:
+                if relative.endswith(".log"):
+                    self.segment_fsyncs += 1
+                    if self.segment_fsyncs == self.fail_fsync_at:
+                        raise OSError(errno.EIO, "Input/output error (injected)")
                 result = real["fsync"](fd)
             except OSError:
                 self._failed_fsync.add(relative)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from crash_sim import CrashTracer, crash_states, materialize
 
-from kipproducer.broker.storage import LogConfig, PartitionLog
+from kipproducer.broker.storage import LogConfig, LogOfflineError, PartitionLog
 from kipproducer.records import decode_batches, encode_batch
 
 APPENDS = 30
@@ -95,6 +95,63 @@ def test_every_os_crash_state_recovers_to_a_clean_prefix(tmp_path: Path, monkeyp
                 assert len(got) >= acked, f"{where}: {acked - len(got)} acknowledged lost"
             nxt = recovered.append(_batch(0), assign_offsets=True)
             assert nxt.base_offset == len(got), where
+            recovered.close()
+    print(f"{len(tracer.points)} crash points, {states} crash states")
+    assert states >= 400
+
+
+def test_a_failed_fsync_is_not_durable_in_any_crash_state(tmp_path: Path, monkeypatch) -> None:
+    """flush.messages=1 and the 12th fsync of a segment fails (EIO): the append is refused
+    (LogOfflineError, KAFKA_STORAGE_ERROR) and cut, the reopened log (a restart) ends at the
+    last acknowledged record and takes the rest; in every crash state, before and after the
+    restart, every acknowledged append survives and nothing else but a prefix of the
+    refused batch (before its cut) or of what came after it."""
+    config = LogConfig.of(segment_bytes=1500, index_interval_bytes=200, flush_messages=1)
+    root = tmp_path / "live"
+    directory = root / "t-0"
+    tracer = CrashTracer(root, fail_fsync_at=12)
+    tracer.install(monkeypatch)
+    log = PartitionLog(directory, config)
+    acked: list[tuple[int, bytes]] = []
+    refused: list[tuple[int, bytes]] = []
+    acked_at: list[tuple[int, int]] = []
+    reopened_at = None
+    for i in range(20):
+        buf = _batch(i)
+        values = [r.value for r in next(decode_batches(bytes(buf), validate=True, strict=False))]
+        try:
+            result = log.append(buf, assign_offsets=True)
+        except LogOfflineError:
+            assert not refused, "a second failure"
+            refused = [(len(acked) + k, v) for k, v in enumerate(values)]
+            log.close()
+            reopened_at = tracer.operations
+            log = PartitionLog(directory, config)  # the broker restarts on the same files
+            assert log.log_end_offset == len(acked)
+            continue
+        acked.extend((result.base_offset + k, v) for k, v in enumerate(values))
+        acked_at.append((tracer.operations, len(acked)))
+    log.close()
+    monkeypatch.undo()
+    assert refused and reopened_at is not None
+    before_restart = acked[: refused[0][0]] + refused
+
+    rng = random.Random(4545)
+    states = 0
+    for point in tracer.points:
+        must_have = max((n for ops, n in acked_at if ops <= point.index), default=0)
+        allowed = before_restart if point.index < reopened_at else acked
+        for variant, files in crash_states(point, rng):
+            states += 1
+            where = f"crash point {point.index}, {variant}"
+            crashed = tmp_path / "crashed"
+            shutil.rmtree(crashed, ignore_errors=True)
+            materialize(files, crashed)
+            recovered = PartitionLog(crashed / "t-0", config)
+            assert not recovered.offline, where
+            got = _read_all(recovered)
+            assert got == allowed[: len(got)], where
+            assert len(got) >= must_have, f"{where}: {must_have - len(got)} acknowledged lost"
             recovered.close()
     print(f"{len(tracer.points)} crash points, {states} crash states")
     assert states >= 400
