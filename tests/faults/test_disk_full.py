@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from fault_support import batches_on_disk, high_watermark, read_partition, segment_files
 from integration_support import create_topics, unique
 
@@ -90,6 +90,30 @@ class Sender:
         self.producer.flush(20)
 
 
+class Committer:
+    """A consumer group's committed offset of partition 0, committed synchronously."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str = "full-disk-group") -> None:
+        self.partition = TopicPartition(topic, 0)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "enable.auto.commit": False})
+        self.last_committed = -1001  # librdkafka's OFFSET_INVALID: nothing committed
+
+    def commit(self, offset: int, metadata: str = "") -> bool:
+        """True when the broker answered the commit with success."""
+        try:
+            self.consumer.commit(
+                offsets=[TopicPartition(self.partition.topic, 0, offset, metadata=metadata)],
+                asynchronous=False)
+        except KafkaException:
+            return False
+        self.last_committed = offset
+        return True
+
+    def committed(self) -> int:
+        return self.consumer.committed([self.partition], timeout=20)[0].offset
+
+
 @pytest.mark.parametrize("flush_messages", [None, 1], ids=["default-flush", "flush-every"])
 def test_a_full_disk_never_acknowledges_what_it_did_not_keep(
         small_disk: Path, kip_broker, flush_messages: int | None) -> None:
@@ -101,8 +125,13 @@ def test_a_full_disk_never_acknowledges_what_it_did_not_keep(
     sender.send(300)
     assert len(sender.acked) == 300 and not sender.failed
 
+    group = Committer(broker.bootstrap, topic)
+    assert group.commit(100)
+
     filler = fill(small_disk)
     sender.send(1500)  # more than the space left: writes fail with ENOSPC
+    # A commit whose record needs a new page of the full disk: refused, the old one kept.
+    assert not group.commit(200, metadata="m" * 4000)
     assert len(sender.acked) + len(sender.failed) == sender.sent
     assert sender.failed, "the disk never filled up"
     assert set(sender.failed.values()) <= {"KAFKA_STORAGE_ERROR", "_MSG_TIMED_OUT"}
@@ -122,6 +151,8 @@ def test_a_full_disk_never_acknowledges_what_it_did_not_keep(
     assert got == sorted((offset, value) for value, offset in sender.acked.items())
     for path in segment_files(broker.data_dir, topic):
         assert all(batch.crc_ok for batch in batches_on_disk(path)), path
+    # The committed offset is the last commit that was answered with success.
+    assert Committer(broker.bootstrap, topic).committed() == group.last_committed
     # Producing continues where the log ends.
     after = Sender(broker.bootstrap, topic)
     after.send(10)
