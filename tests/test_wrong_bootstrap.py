@@ -102,3 +102,20 @@ def test_append_names_the_address(dead_address: str, delivery_ms: int, timeout: 
     assert name == ("_TIMED_OUT" if timeout else "_MSG_TIMED_OUT"), done.stdout
     assert "no broker could be reached" in text and dead_address in text, done.stdout
     assert len(done.stderr.strip().splitlines()) <= MAX_STDERR_LINES, done.stderr[-3000:]
+
+
+def test_kip_tools_take_a_bootstrap_list(dead_address: str, embedded) -> None:
+    """kip groups / configs / transactions connect through BlockingClient: like any Kafka
+    client it takes a comma-separated bootstrap list, skips a node that is down, and names
+    every address when none answers."""
+    from kipproducer.blocking_client import BlockingClient
+
+    broker = embedded()
+    with BlockingClient(f"{dead_address},{broker.bootstrap_servers}") as client:
+        assert client.sock.getpeername()[1] == int(broker.bootstrap_servers.rsplit(":", 1)[1])
+    other = dead_address.rsplit(":", 1)[0] + ":1"
+    with pytest.raises(OSError, match="cannot connect to any bootstrap server") as info:
+        BlockingClient(f"{dead_address}, {other}")
+    assert dead_address in str(info.value) and other in str(info.value)
+    with pytest.raises(ValueError, match="'nonsense' is not HOST:PORT"):
+        BlockingClient(f"{dead_address},nonsense")

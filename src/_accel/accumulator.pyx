@@ -129,12 +129,13 @@ cdef enum:
     F_ON_DELIVERY = 6
     F_OFFSET = 7
     F_EXPECTED_OFFSET = 8
-    F_COUNT = 9
+    F_EXPECTED_KEY_OFFSET = 9
+    F_COUNT = 10
 
 # Interned, so a key written as a literal in the caller's code is the same object.
 FIELD_NAMES = tuple(sys.intern(name) for name in (
     "value", "key", "partition", "timestamp", "headers", "callback", "on_delivery", "offset",
-    "expected_offset"))
+    "expected_offset", "expected_key_offset"))
 cdef PyObject *field_names[F_COUNT]
 for _j, _name in enumerate(FIELD_NAMES):
     field_names[_j] = <PyObject *>_name    # FIELD_NAMES keeps them alive
@@ -370,6 +371,10 @@ cdef class ProducerBatch:
     # Attribute bits kept from a forwarded source batch (the LogAppendTime bit: see
     # RecordAccumulator.append_fetched); 0 for the producer's own records.
     cdef readonly int16_t extra_attributes
+    # Per-key conditions (docs/protocol.md §10): None, or (record index, expected last offset,
+    # key) per conditioned record, and the partition count the records were partitioned with.
+    cdef readonly list key_conditions
+    cdef readonly int32_t key_partition_count
 
     def __cinit__(self):
         self.buf.data = NULL
@@ -556,6 +561,10 @@ cdef class PartitionState:
     cdef object ready
     # idempotence: the sequence the next drained batch gets
     cdef readonly int32_t next_sequence
+    # the open batch's per-key conditions (ProducerBatch.key_conditions), and their keys
+    cdef list key_conditions
+    cdef set conditioned_keys
+    cdef int32_t key_partition_count
 
     def __cinit__(self, str topic, int32_t partition):
         self.topic = topic
@@ -756,6 +765,12 @@ cdef class RecordAccumulator:
         """Records whose headers were copied from an earlier record's encoding (HeaderWire)."""
         return self._headers_seen.hits
 
+    def close_open(self, str topic not None, int32_t partition):
+        """Close the partition's open batch (to its ready queue), so that the next record
+        starts a batch: a call's conditional records of one partition then travel in one
+        batch of their own, appended whole or not at all (docs/protocol.md §10)."""
+        self._close(self._state(topic, partition))
+
     def set_next_sequence(self, str topic not None, int32_t partition, int32_t sequence):
         """Resume a partition's sequence (e.g. after restoring producer state)."""
         if sequence < 0:
@@ -842,6 +857,11 @@ cdef class RecordAccumulator:
             b.records_crc = kip_crc32c(0, b.buf.data + BATCH_HEADER_SIZE, b.records_size)
             b.has_records_crc = True
         b.transactional = self.transactional
+        if st.key_conditions is not None:
+            b.key_conditions = st.key_conditions
+            b.key_partition_count = st.key_partition_count
+            st.key_conditions = None
+            st.conditioned_keys = None
         st.opaque_runs = None
         st.count = 0
         st.ready.append(b)
@@ -1037,10 +1057,36 @@ cdef class RecordAccumulator:
         return self._appended(st, wire, mode, offset, opaque)
 
     def append(self, str topic not None, int32_t partition, key, value, headers=None, timestamp=None,
-               offset=None, opaque=None, expected_offset=None):
-        """Append one record. Raises QueueFullError (a BufferError) when the bounds are reached."""
-        self._append_one(topic, partition, key, value, headers, timestamp, offset, opaque,
-                         expected_offset)
+               offset=None, opaque=None, expected_offset=None, expected_key_offset=None,
+               int32_t partition_count=-1):
+        """Append one record. Raises QueueFullError (a BufferError) when the bounds are reached.
+
+        ``expected_key_offset`` (docs/protocol.md §10): the record is appended only if its
+        key's last offset in the partition is this one (-1: the key has no live record);
+        ``partition_count``: the topic's partition count the record was partitioned with. A
+        batch conditions a key once: a second condition on it starts a new batch."""
+        cdef PartitionState st
+        cdef bytes key_bytes
+        if expected_key_offset is None:
+            self._append_one(topic, partition, key, value, headers, timestamp, offset, opaque,
+                             expected_offset)
+            return
+        check_key_condition(key, offset, expected_offset, expected_key_offset)
+        key_bytes = key.encode() if isinstance(key, str) else bytes(key)
+        st = self._state(topic, partition)
+        if st.count and (st.mode != MODE_ASSIGN or (
+                st.key_conditions is not None and (
+                    key_bytes in st.conditioned_keys
+                    or st.key_partition_count != partition_count))):
+            self._close(st)
+        self._append_one(topic, partition, key, value, headers, timestamp, None, opaque, None)
+        if st.key_conditions is None:
+            st.key_conditions = []
+            st.conditioned_keys = set()
+            st.key_partition_count = partition_count
+        # the record is the open batch's last (appending closes a full batch first)
+        st.key_conditions.append((st.count - 1, expected_key_offset, key_bytes))
+        st.conditioned_keys.add(key_bytes)
 
     cdef int _append_one(self, str topic, int32_t partition, key, value, headers, timestamp,
                          offset, opaque, expected_offset) except -1:
@@ -2057,11 +2103,12 @@ cdef inline int check_payload(object value, str name, Py_ssize_t index) except -
     raise TypeError(f"Message {name} at index {index} must be bytes or str")
 
 
-def scan_messages(list messages, int32_t call_partition):
+def scan_messages(list messages, int32_t call_partition, list conditioned=None):
     """produce_batch's check before anything is queued, with confluent-kafka's errors: every
     message a dict, value and key bytes, str, a buffer or None, partition an int, headers a
     list, tuple or dict (TypeError / ValueError naming the index). Returns True when some
-    message has no partition of its own and the call gives none (the partitioner runs)."""
+    message has no partition of its own and the call gives none (the partitioner runs).
+    ``conditioned``: gets the index of each message with an ``expected_key_offset``."""
     cdef Py_ssize_t i
     cdef dict m
     cdef object part, value, key, headers
@@ -2090,7 +2137,22 @@ def scan_messages(list messages, int32_t call_partition):
             needs = needs or call_partition < 0
         if headers is not None and not isinstance(headers, (list, tuple, dict)):
             raise ValueError(f"Invalid headers at index {i}")
+        if f[F_EXPECTED_KEY_OFFSET] != NULL and conditioned is not None:
+            conditioned.append(i)
     return needs
+
+
+def check_key_condition(key, offset, expected_offset, expected_key_offset):
+    """Refuse what a per-key condition cannot go with (docs/protocol.md §10): ValueError."""
+    if offset is not None or expected_offset is not None:
+        raise ValueError("expected_key_offset= goes with neither offset= nor "
+                         "expected_offset=")
+    if key is None:
+        raise ValueError("expected_key_offset= needs a key: a record without one has no "
+                         "last offset to compare")
+    if expected_key_offset < -1:
+        raise ValueError(f"expected_key_offset must be -1 (KEY_ABSENT) or an offset, not "
+                         f"{expected_key_offset}")
 
 
 def has_kip_keys(list messages):
@@ -2397,7 +2459,7 @@ def produce(self, topic, value=None, key=None, *args, **kwargs):
     sender = state.sender
     if offset is None and expected is None:
         if (sender is None and state.txn is None and "offset" not in kwargs
-                and "expected_offset" not in kwargs):
+                and "expected_offset" not in kwargs and "expected_key_offset" not in kwargs):
             return librdkafka_produce(self, topic, value, key, kwargs)
         return _general_produce(self, topic, value, key, **kwargs)
     partition = kwargs.get("partition", -1)

@@ -16,7 +16,8 @@ Layouts (Kafka's Produce schemas, flexible versions 9..12; all integers big-endi
                        topic_data compact array of
                          name compact string,
                          partition_data compact array of
-                           index int32, records compact nullable bytes, tag buffer
+                           index int32, records compact nullable bytes,
+                           tag buffer {10001: KeyConditions compact bytes (§10)}
                          tag buffer
                        tag buffer {10000: ProduceMode int8 (docs/protocol.md §2)}
     response header v1 correlation_id int32, tag buffer
@@ -29,7 +30,8 @@ Layouts (Kafka's Produce schemas, flexible versions 9..12; all integers big-endi
                              batch_index int32, message compact nullable string, tag buffer
                            error_message compact nullable string,
                            tag buffer {0: current_leader (v10+, skipped here),
-                                       10000: LogEndOffset int64 (docs/protocol.md §3)}
+                                       10000: LogEndOffset int64 (docs/protocol.md §3),
+                                       10001: KeyConflicts compact bytes (§10)}
                          tag buffer
                        throttle_time int32, tag buffer {0: node_endpoints (v10+, skipped)}
 
@@ -63,6 +65,8 @@ cdef enum:
     MAX_UVARINT_BYTES = 5
     PRODUCE_MODE_TAG = 10000
     LOG_END_OFFSET_TAG = 10000
+    KEY_CONDITIONS_TAG = 10001
+    KEY_CONFLICTS_TAG = 10001
     # request header up to client_id, and the fixed part of a partition's answer
     REQUEST_HEAD_SIZE = 14          # size, api key, version, correlation id, client id length
     PARTITION_ANSWER_FIXED = 30     # index, error_code, base_offset, log_append_time,
@@ -88,6 +92,8 @@ cdef class PartitionProduceData:
     cdef readonly object records
     """A writable memoryview of the request frame (the broker stamps offsets in place), or
     None."""
+    cdef readonly object key_conditions
+    """The KeyConditions tag's bytes (docs/protocol.md §10), None when absent."""
 
     def __repr__(self):
         size = None if self.records is None else len(self.records)
@@ -134,13 +140,16 @@ cdef class PartitionProduceResponse:
     cdef readonly object error_message
     cdef readonly object log_end_offset
     """The KIP-WIRE LogEndOffset tag, None when the broker did not send it."""
+    cdef readonly object key_conflicts
+    """The KeyConflicts tag's bytes (docs/protocol.md §10), None when absent."""
 
     def __repr__(self):
         return (f"PartitionProduceResponse(index={self.index}, error_code={self.error_code}, "
                 f"base_offset={self.base_offset}, log_append_time={self.log_append_time}, "
                 f"log_start_offset={self.log_start_offset}, "
                 f"record_errors={self.record_errors!r}, "
-                f"error_message={self.error_message!r}, log_end_offset={self.log_end_offset!r})")
+                f"error_message={self.error_message!r}, log_end_offset={self.log_end_offset!r}, "
+                f"key_conflicts={self.key_conflicts!r})")
 
 
 cdef class TopicProduceResponse:
@@ -245,11 +254,15 @@ cdef object read_string(Reader *r, str owner, bint nullable):
 
 
 cdef int skip_tags(Reader *r, str owner, int wanted_tag, int64_t *value, int value_size,
-                   bint *found) except -1:
+                   bint *found, int bytes_tag=-1, list bytes_out=None) except -1:
     """Read a tag buffer, skipping every tag but ``wanted_tag`` (-1: none), whose value (an
-    int of ``value_size`` bytes, read within the tag's size) goes to ``value``."""
+    int of ``value_size`` bytes, read within the tag's size) goes to ``value``, and
+    ``bytes_tag``, whose value (compact bytes within the tag's size) is appended to
+    ``bytes_out``."""
     cdef uint64_t count, tag, size
     cdef uint64_t i
+    cdef Reader inner
+    cdef Py_ssize_t n
     if r.p < r.end and r.p[0] == 0:  # no tags: the usual case
         r.p += 1
         return 0
@@ -271,6 +284,12 @@ cdef int skip_tags(Reader *r, str owner, int wanted_tag, int64_t *value, int val
             else:
                 value[0] = get_i64(r.p)
             found[0] = True
+        elif <int64_t>tag == bytes_tag:
+            inner.start = r.start
+            inner.p = r.p
+            inner.end = r.p + size
+            n = read_span(&inner, owner)
+            bytes_out.append(None if n < 0 else (<const char *>inner.p)[:n])
         r.p += size
     return 0
 
@@ -297,7 +316,7 @@ def decode_request_body(object frame, Py_ssize_t pos, int version):
     cdef ProduceRequestBody body
     cdef TopicProduceData topic
     cdef PartitionProduceData part
-    cdef list topics, parts
+    cdef list topics, parts, found_bytes
     cdef str owner = f"ProduceRequest v{version}"
     cdef object frame_view
     if not MIN_VERSION <= version <= MAX_VERSION:
@@ -331,7 +350,14 @@ def decode_request_body(object frame, Py_ssize_t pos, int version):
                         frame_view = memoryview(frame)
                     part.records = frame_view[r.p - r.start:r.p - r.start + size]
                     r.p += size
-                skip_tags(&r, "PartitionProduceData", -1, NULL, 0, NULL)
+                if r.p < r.end and r.p[0] == 0:  # no tags: the usual case
+                    r.p += 1
+                else:
+                    found_bytes = []
+                    skip_tags(&r, "PartitionProduceData", -1, NULL, 0, NULL,
+                              KEY_CONDITIONS_TAG, found_bytes)
+                    if found_bytes:
+                        part.key_conditions = found_bytes[0]
                 parts.append(part)
             topic.partition_data = tuple(parts)
             skip_tags(&r, "TopicProduceData", -1, NULL, 0, NULL)
@@ -357,7 +383,7 @@ def decode_response(object frame, int version):
     cdef TopicProduceResponse topic
     cdef PartitionProduceResponse part
     cdef BatchIndexAndErrorMessage rec_error
-    cdef list topics, parts, errors
+    cdef list topics, parts, errors, found_bytes
     cdef str owner = f"ProduceResponse v{version}"
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Produce v{version} is not a direct version")
@@ -398,9 +424,12 @@ def decode_response(object frame, int version):
                     part.record_errors = tuple(errors)
                 part.error_message = read_string(&r, "PartitionProduceResponse", True)
                 has_log_end = False
+                found_bytes = []
                 skip_tags(&r, "PartitionProduceResponse", LOG_END_OFFSET_TAG, &log_end, 8,
-                          &has_log_end)
+                          &has_log_end, KEY_CONFLICTS_TAG, found_bytes)
                 part.log_end_offset = log_end if has_log_end else None
+                if found_bytes:
+                    part.key_conflicts = found_bytes[0]
                 parts.append(part)
             topic.partition_responses = tuple(parts)
             skip_tags(&r, "TopicProduceResponse", -1, NULL, 0, NULL)
@@ -431,13 +460,48 @@ cdef inline const char *utf8_of(object text, Py_ssize_t *size) except NULL:
         raise TypeError(f"expected a str, got {type(text).__name__}")
     return PyUnicode_AsUTF8AndSize(text, size)
 
+cdef inline object conditions_of(object item):
+    return item[2] if len(item) > 2 else None
+
+
+cdef Py_ssize_t partition_tags_size(object item) except -1:
+    """The bytes of a request partition's tag buffer: 1 without KeyConditions."""
+    cdef object conditions = conditions_of(item)
+    cdef Py_ssize_t n
+    if conditions is None:
+        return 1
+    n = compact_size(len(conditions))
+    return 1 + 2 + uvarint_size(<uint64_t>n) + n  # count, tag 10001 (2 bytes), size, value
+
+
+cdef unsigned char *write_bytes_tag(unsigned char *p, int tag, object value) except NULL:
+    """One tagged field holding compact bytes (the caller wrote the tag count)."""
+    cdef const unsigned char[:] data = value
+    cdef Py_ssize_t n = data.shape[0]
+    p = write_uvarint(p, <uint64_t>tag)
+    p = write_uvarint(p, <uint64_t>compact_size(n))
+    p = write_uvarint(p, <uint64_t>(n + 1))
+    if n:
+        memcpy(p, &data[0], n)
+    return p + n
+
+
+cdef unsigned char *write_partition_tags(unsigned char *p, object item) except NULL:
+    cdef object conditions = conditions_of(item)
+    if conditions is None:
+        p[0] = 0
+        return p + 1
+    p[0] = 1
+    return write_bytes_tag(p + 1, KEY_CONDITIONS_TAG, conditions)
+
 
 def encode_request(int32_t correlation_id, object client_id, int version, int acks,
                    int32_t timeout_ms, dict topics, int mode=0):
     """A Produce request frame as buffers for ``writelines``: ``topics`` maps each topic to
-    its (partition, record batch) pairs. Records of at least the spill size are passed
+    its (partition, record batch) or (partition, record batch, key conditions) tuples, the
+    key conditions the KeyConditions tag's bytes or None (docs/protocol.md §10). Records of at least the spill size are passed
     through as their own buffer, uncopied; the rest is one bytearray per run."""
-    cdef Py_ssize_t client_len = -1, name_len, size, total = 0, rec_len
+    cdef Py_ssize_t client_len = -1, name_len, size, total = 0, rec_len, tags_len
     cdef const char *client = NULL
     cdef const char *name
     cdef Py_buffer rec
@@ -457,8 +521,11 @@ def encode_request(int32_t correlation_id, object client_id, int version, int ac
     for topic_name, partitions in topics.items():
         utf8_of(topic_name, &name_len)
         size += compact_size(name_len) + uvarint_size(len(partitions) + 1)
-        for index_obj, records in partitions:
-            size += 4 + 1  # index, and the partition's tag buffer (after the records)
+        for item in partitions:
+            # index, and the partition's tag buffer (after the records)
+            tags_len = partition_tags_size(item)
+            size += 4 + tags_len
+            records = item[1]
             if records is None:
                 size += 1
                 continue
@@ -468,8 +535,8 @@ def encode_request(int32_t correlation_id, object client_id, int version, int ac
             size += uvarint_size(<uint64_t>(rec_len + 1))
             if rec_len >= spill_min_bytes:
                 total += rec_len
-                segment_sizes.append(size - 1)  # the tag buffer goes after the spill
-                size = 1
+                segment_sizes.append(size - tags_len)  # the tag buffer goes after the spill
+                size = tags_len
             else:
                 size += rec_len
         size += 1  # the topic's tag buffer
@@ -502,14 +569,14 @@ def encode_request(int32_t correlation_id, object client_id, int version, int ac
         name = utf8_of(topic_name, &name_len)
         p = put_compact(p, name, name_len)
         p = write_uvarint(p, len(partitions) + 1)
-        for index_obj, records in partitions:
-            index = index_obj
+        for item in partitions:
+            index = item[0]
+            records = item[1]
             put_i32(p, index)
             p += 4
             if records is None:
                 p[0] = 0
-                p[1] = 0  # partition tags
-                p += 2
+                p = write_partition_tags(p + 1, item)
                 continue
             PyObject_GetBuffer(records, &rec, PyBUF_SIMPLE)
             try:
@@ -525,8 +592,7 @@ def encode_request(int32_t correlation_id, object client_id, int version, int ac
                     p += rec.len
             finally:
                 PyBuffer_Release(&rec)
-            p[0] = 0  # partition tags
-            p += 1
+            p = write_partition_tags(p, item)
         p[0] = 0  # topic tags
         p += 1
     if mode == 0:
@@ -586,7 +652,7 @@ def encode_response(int32_t correlation_id, int version, list responses):
     cdef unsigned char *p
     cdef dict topic, answer, rec_error
     cdef list partitions
-    cdef object errors, log_end, code
+    cdef object errors, log_end, code, conflicts
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ValueError(f"Produce v{version} is not a direct version")
     w.data = NULL
@@ -620,15 +686,22 @@ def encode_response(int32_t correlation_id, int version, list responses):
                     write_byte(&w, 0)  # tags
                 write_nullable_string(&w, answer.get("error_message"))
                 log_end = answer.get("log_end_offset")
-                if log_end is None:
+                conflicts = answer.get("key_conflicts")
+                if conflicts is None and log_end is None:
                     write_byte(&w, 0)  # no tags
-                else:
-                    p = reserve(&w, LOG_END_TAG_SIZE)
-                    p[0] = 1
-                    write_uvarint(p + 1, LOG_END_OFFSET_TAG)  # 2 bytes
-                    p[3] = 8
-                    put_i64(p + 4, <int64_t>log_end)
-                    w.size += LOG_END_TAG_SIZE
+                    continue
+                p = reserve(&w, LOG_END_TAG_SIZE + (
+                    0 if conflicts is None else 3 * MAX_UVARINT_BYTES + len(conflicts)))
+                p[0] = (log_end is not None) + (conflicts is not None)
+                p += 1
+                if log_end is not None:  # tags in ascending order: 10000, then 10001
+                    p = write_uvarint(p, LOG_END_OFFSET_TAG)  # 2 bytes
+                    p[0] = 8
+                    put_i64(p + 1, <int64_t>log_end)
+                    p += 9
+                if conflicts is not None:
+                    p = write_bytes_tag(p, KEY_CONFLICTS_TAG, conflicts)
+                w.size = p - w.data
             write_byte(&w, 0)  # topic tags
         p = reserve(&w, 5)
         put_i32(p, 0)  # throttle_time

@@ -100,6 +100,28 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, sep: st
         print(sep.join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _host_port(server: str) -> tuple[str, int]:
+    host, _, port = server.strip().rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"bootstrap server {server.strip()!r} is not HOST:PORT")
+    return host or "127.0.0.1", int(port)
+
+
+def _first_answering(addresses: list[tuple[str, int]], timeout: float
+                     ) -> tuple[str, socket.socket]:
+    """A connection to the first of the bootstrap servers that accepts one, as any Kafka
+    client takes its bootstrap list (a node of the list may be down)."""
+    failures = []
+    for host, port in addresses:
+        try:
+            return host, socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            failures.append(f"{host}:{port}: {exc}")
+    if len(failures) == 1:
+        raise OSError(f"cannot connect to the bootstrap server {failures[0]}")
+    raise OSError("cannot connect to any bootstrap server: " + "; ".join(failures))
+
+
 class BlockingClient:
     """One connection to one broker, one request at a time; SASL PLAIN / SCRAM if configured.
 
@@ -113,16 +135,16 @@ class BlockingClient:
     def __init__(self, bootstrap: str, config: Mapping[str, str] | None = None,
                  *, timeout: float = 30.0) -> None:
         config = dict(config or {})
-        host, _, port = bootstrap.rpartition(":")
-        if not port.isdigit():
-            raise ValueError(f"bootstrap server {bootstrap!r} is not HOST:PORT")
+        addresses = [_host_port(server) for server in bootstrap.split(",") if server.strip()]
+        if not addresses:
+            raise ValueError(f"bootstrap servers {bootstrap!r} name no HOST:PORT")
         protocol = config.get("security.protocol", "PLAINTEXT").upper()
         tls = None
         if protocol in ("SSL", "SASL_SSL"):
             from kipproducer.engine.tls import tls_settings
 
             tls = tls_settings(config)  # TlsConfigError (a ValueError) names the property
-        self.sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        host, self.sock = _first_answering(addresses, timeout)
         self.correlation = 0
         try:
             if tls is not None:

@@ -45,9 +45,25 @@ from confluent_kafka import KafkaException as _KafkaException  # noqa: E402
 #: The wire codes of docs/protocol.md §5 (no Kafka release uses them).
 INVALID_PRODUCE_OFFSET = 10391
 OFFSET_MISMATCH = 10027
+#: Per-key conditional produce (docs/protocol.md §10).
+KEY_OFFSET_MISMATCH = 10044
+KEY_INDEX_INCOMPLETE = 10045
+PARTITION_COUNT_MISMATCH = 10046
+
+KEY_ABSENT = -1
+"""``expected_key_offset=KEY_ABSENT``: the key must have no live record in its partition (never
+written, or last written as a tombstone); also the ``actual`` of a KeyOffsetMismatchError
+for such a key."""
+
+NO_KEY_CONDITION = -2
+"""An entry of ``produce_arrays(expected_key_offsets=...)`` that puts no condition on its
+record (an int64 array cannot hold None)."""
 
 _KIP_ERROR_NAMES = {INVALID_PRODUCE_OFFSET: "INVALID_PRODUCE_OFFSET",
-                    OFFSET_MISMATCH: "OFFSET_MISMATCH"}
+                    OFFSET_MISMATCH: "OFFSET_MISMATCH",
+                    KEY_OFFSET_MISMATCH: "KEY_OFFSET_MISMATCH",
+                    KEY_INDEX_INCOMPLETE: "KEY_INDEX_INCOMPLETE",
+                    PARTITION_COUNT_MISMATCH: "PARTITION_COUNT_MISMATCH"}
 
 
 class ProduceOffsetKafkaError(_KafkaError):
@@ -95,6 +111,52 @@ class OffsetMismatchError(ProduceOffsetException):
     ``log_end_offset``. Nothing in that request was written."""
 
 
+class KeyConditionKafkaError(ProduceOffsetKafkaError):
+    """The delivery error of one record sent with ``expected_key_offset=`` (docs/protocol.md
+    §10) that was not appended: ``topic``, ``partition``, ``key``, ``expected`` and ``actual``
+    besides ``code()``.
+
+    ``code()`` is KEY_OFFSET_MISMATCH (10044) when the key's last offset was not the one
+    expected (``actual``: that offset, or ``KEY_ABSENT``); CONCURRENT_TRANSACTIONS (51) when
+    another producer's open transaction had written the key (retried until
+    delivery.timeout.ms); KEY_INDEX_INCOMPLETE (10045) when the broker's bounded index could
+    not answer; OPERATION_NOT_ATTEMPTED (55) for a record of the same batch whose own
+    condition (or none) was fine but which was not appended because another one failed
+    (``actual`` is then -1 and ``expected`` its own condition or None).
+    """
+
+    def __init__(self, code: int, message: str, *, topic: str, partition: int,
+                 key: bytes | None, expected: int | None, actual: int,
+                 retriable: bool = False) -> None:
+        super().__init__(code, message, retriable=retriable)
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+    def __repr__(self) -> str:
+        return (f"KeyConditionKafkaError(code={self.name()}, val={self.code()}, "
+                f"str={self.str()!r}, topic={self.topic!r}, partition={self.partition}, "
+                f"key={self.key!r}, expected={self.expected}, actual={self.actual})")
+
+    __str__ = __repr__
+
+
+class KeyOffsetMismatchError(ProduceOffsetException):
+    """docs/protocol.md §10: a key's last offset in its partition was not the one expected;
+    nothing of the record's batch was written. ``topic``, ``partition``, ``key``,
+    ``expected`` and ``actual`` (the key's last offset, or ``KEY_ABSENT``) say which."""
+
+    def __init__(self, error: _KafkaError) -> None:
+        super().__init__(error)
+        self.topic: str | None = getattr(error, "topic", None)
+        self.partition: int = getattr(error, "partition", -1)
+        self.key: bytes | None = getattr(error, "key", None)
+        self.expected: int | None = getattr(error, "expected", None)
+        self.actual: int = getattr(error, "actual", KEY_ABSENT)
+
+
 def raise_for(error: _KafkaError) -> None:
     """Raise the most specific exception for a produce error."""
     code = error.code()
@@ -102,4 +164,6 @@ def raise_for(error: _KafkaError) -> None:
         raise InvalidProduceOffsetError(error)
     if code == OFFSET_MISMATCH:
         raise OffsetMismatchError(error)
+    if code == KEY_OFFSET_MISMATCH:
+        raise KeyOffsetMismatchError(error)
     raise ProduceOffsetException(error)

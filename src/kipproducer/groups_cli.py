@@ -66,13 +66,16 @@ def decode_assignment(data: bytes | None) -> dict[str, list[int]]:
     return out
 
 
-def _coordinator(client: GroupsClient, group: str, config: dict) -> GroupsClient:
+def coordinator(client: GroupsClient, group: str, config: dict | None = None
+                ) -> GroupsClient:
+    """A client of the group's coordinator: ``client`` itself when its broker is the one
+    (always on a single node), else a new connection the caller closes."""
     answer = client.request(FIND_COORDINATOR, 1, key=group, key_type=0)
     _check(int(answer.error_code), f"FindCoordinator({group})")
     host, port = client.sock.getpeername()[:2]
     if (answer.port == port and answer.host in (host, "localhost", "127.0.0.1")):
         return client
-    return GroupsClient(f"{answer.host}:{answer.port}", config)
+    return GroupsClient(f"{answer.host}:{answer.port}", config or {})
 
 
 def describe(client: GroupsClient, group: str) -> dict[str, Any]:
@@ -176,12 +179,12 @@ def cmd_groups(args: argparse.Namespace) -> int:
     def action(client: GroupsClient, config: dict[str, str]) -> int:
         if args.action is not _describe:
             return args.action(client, args)
-        coordinator = _coordinator(client, args.group, config)
+        found = coordinator(client, args.group, config)
         try:
-            return args.action(coordinator, args)
+            return args.action(found, args)
         finally:
-            if coordinator is not client:
-                coordinator.close()
+            if found is not client:
+                found.close()
 
     return run_tool("kip groups", GroupsClient, args, action)
 

@@ -43,12 +43,19 @@ import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException
 
 from . import _accumulator, client_config
-from ._accumulator import BatchDelivery, ReportTarget, has_kip_keys, report_runs
+from ._accumulator import (
+    BatchDelivery,
+    ReportTarget,
+    check_key_condition,
+    has_kip_keys,
+    report_runs,
+)
 from .clients import with_logger
 from .engine.config import ConfigError, EngineConfig
 from .engine.group_metadata import GroupMetadata
 from .engine.partitioner import choose_partitions
 from .engine.transactions import TransactionManager, TxnState
+from .errors import NO_KEY_CONDITION
 from .message_layout import install as _install_message_fill
 from .producer_group import MemberTransactions, ProducerGroup, split_config
 from .record_fields import as_list, column_rows, header_rows, per_record_headers
@@ -87,7 +94,8 @@ if MESSAGE_FILL_OFF is not None:
 RDKAFKA, ENGINE = "librdkafka", "engine"
 # confluent-kafka's produce() arguments after (topic, value, key), in positional order.
 _PRODUCE_POSITIONAL = ("partition", "on_delivery", "callback", "timestamp", "headers")
-_PRODUCE_KEYWORDS = frozenset((*_PRODUCE_POSITIONAL, "offset", "expected_offset"))
+_PRODUCE_KEYWORDS = frozenset((*_PRODUCE_POSITIONAL, "offset", "expected_offset",
+                               "expected_key_offset"))
 _TIMESTAMP_CREATE_TIME = confluent_kafka.TIMESTAMP_CREATE_TIME
 # Records appended under one hold of the engine's lock (see produce_arrays).
 APPEND_SLICE = 8192
@@ -111,6 +119,62 @@ def _per_record_target(callback: Callable) -> ReportTarget:
 def _fail_message(message: dict, code_name: str, text: str) -> None:
     """produce_batch's rule: a message that was not queued carries its error in _error."""
     message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
+
+
+def _row_bytes(row: tuple) -> int:
+    """An upper bound of one conditional row's bytes in a batch (key, value, headers and the
+    record's own framing)."""
+    _, key, value, headers, _, _, _ = row
+    size = 32 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    if headers:
+        pairs = headers.items() if isinstance(headers, dict) else headers
+        size += sum(10 + len(k) + (len(v) if v is not None else 0) for k, v in pairs)
+    return size
+
+
+def _check_fits_one_batch(topic: str, partition: int, group: list[tuple], batch_size: int,
+                          batch_num_messages: int, message_max_bytes: int) -> None:
+    """A call's conditional records of one partition travel as one batch (docs/protocol.md
+    §10): refuse a call they would not fit, and a key conditioned twice."""
+    seen: set[bytes] = set()
+    for _, key, _, _, _, expected, _ in group:
+        if expected is not None and expected >= -1:
+            key_bytes = key.encode() if isinstance(key, str) else bytes(key)
+            if key_bytes in seen:
+                raise ValueError(f"{topic}[{partition}]: key {key_bytes!r} is conditioned twice "
+                                 "in one call; a key's condition goes on one of its records")
+            seen.add(key_bytes)
+    size = 61 + sum(_row_bytes(row) for row in group)
+    limit = min(batch_size, message_max_bytes)
+    if len(group) > batch_num_messages or size > limit:
+        raise ValueError(
+            f"{topic}[{partition}]: the call's {len(group)} records with key conditions "
+            f"(about {size} bytes) must fit one batch (batch.size / message.max.bytes "
+            f"{limit}, batch.num.messages {batch_num_messages}) to be appended together: "
+            "split the call")
+
+
+def _rows_of_columns(values, keys, headers, timestamps, partition, expected_key_offsets,
+                     n: int) -> list[tuple]:
+    """produce_arrays' columns as conditional rows (see Producer._append_conditional)."""
+    value_list = as_list(values)
+    key_list = as_list(keys) if keys is not None else [None] * n
+    expected_list = as_list(expected_key_offsets) if hasattr(
+        expected_key_offsets, "to_pylist") else list(expected_key_offsets)
+    if len(expected_list) != n or len(key_list) != n:
+        raise ValueError(f"expected_key_offsets and keys need one entry per record ({n})")
+    if per_record_headers(headers, n):
+        header_list = list(headers)
+    else:
+        header_list = [headers] * n
+    stamps = [None] * n if timestamps is None else [int(t) for t in timestamps]
+    if isinstance(partition, int):
+        parts = [partition] * n
+    else:
+        parts = [int(p) for p in partition]
+    return [(parts[i], key_list[i], value_list[i], header_list[i], stamps[i],
+             None if expected_list[i] is None else int(expected_list[i]), None)
+            for i in range(n)]
 
 
 def _set_engine(producer: Producer, engine: Any) -> None:
@@ -246,16 +310,9 @@ class Producer(confluent_kafka.Producer):
             return partition
         if not isinstance(partition, int):
             return partition
-        try:
-            # No partition count without metadata: wait for it, but no longer than a record
-            # may wait for its delivery (fresh metadata answers at once, in this thread).
-            total = engine.partition_count(
-                topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
-        except LookupError as exc:
-            code = exc.args[0]
-            detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
-            raise KafkaException(KafkaError(code, f"topic {topic!r}: "
-                                            f"{KafkaError(code).name()}{detail}")) from None
+        # No partition count without metadata: wait for it, but no longer than a record may
+        # wait for its delivery (fresh metadata answers at once, in this thread).
+        total = self._partition_count(topic)
         if total == 1:
             return 0  # every partitioner picks the only partition: skip hashing the keys
         return choose_partitions(keys, count, total, engine.config.partitioner)
@@ -284,7 +341,12 @@ class Producer(confluent_kafka.Producer):
         engine = self._engine_or_start()
         call_partition = -1 if partition is None else partition
         chosen = None
-        if scan_messages(messages, call_partition):
+        conditioned: list[int] = []
+        needs_partitioner = scan_messages(messages, call_partition, conditioned)
+        if conditioned:
+            return self._produce_batch_conditional(topic, messages, call_partition,
+                                                   on_delivery or self._default_on_delivery)
+        if needs_partitioner:
             chosen = self._partitions_for(topic, message_keys(messages), len(messages), -1)
             if not isinstance(chosen, int):
                 chosen = chosen.astype("int32", copy=False)
@@ -310,7 +372,7 @@ class Producer(confluent_kafka.Producer):
     def produce_arrays(self, topic: str, values, keys=None, headers=None, timestamps=None,
                        partition: Any = -1, on_delivery: Callable | None = None, *,
                        per_record: bool | None = None, offsets=None,
-                       expected_offset: int | None = None) -> int:
+                       expected_offset: int | None = None, expected_key_offsets=None) -> int:
         """Append columns of records in one call; returns how many were enqueued (all).
 
         Blocks (serving delivery reports) while the queue bounds are reached. ``on_delivery``
@@ -322,8 +384,23 @@ class Producer(confluent_kafka.Producer):
         ``expected_offset`` (KIP-27): the first record must land at this offset, the others
         follow it; a batch is appended only if the log ends where it expects. Both need an
         explicit ``partition``.
+        ``expected_key_offsets`` (docs/per-key-conditional.md): one entry per record, the
+        offset its key's last record must have, ``KEY_ABSENT`` (-1) for "no live record",
+        or None / ``NO_KEY_CONDITION`` (-2) for no condition; a call's conditional records
+        of one partition are appended together or not at all.
         """
         from ._accumulator import largest_record
+
+        if expected_key_offsets is not None:
+            if offsets is not None or expected_offset is not None:
+                raise ValueError("expected_key_offsets= goes with neither offsets= nor "
+                                 "expected_offset=")
+            n = len(as_list(values))
+            rows = _rows_of_columns(values, keys, headers, timestamps, partition,
+                                    expected_key_offsets, n)
+            per = self._per_record_reports if per_record is None else per_record
+            return self._append_conditional(
+                topic, rows, ReportTarget(on_delivery or self._default_on_delivery, per))
 
         self._check_kip_call(offsets, expected_offset, partition)
         if (offsets is not None or expected_offset is not None) and self._kip_mode != "native" \
@@ -382,6 +459,82 @@ class Producer(confluent_kafka.Producer):
                 finally:
                     engine.end_flush()
         return n
+
+    def _produce_batch_conditional(self, topic: str, messages: list[dict],
+                                   call_partition: int, on_delivery) -> int:
+        """produce_batch with some ``expected_key_offset`` fields (docs/protocol.md §10)."""
+        default_target = ReportTarget(on_delivery, True)
+        targets: dict[Any, ReportTarget] = {}
+        rows = []
+        for i, m in enumerate(messages):
+            if "offset" in m or "expected_offset" in m:
+                raise ValueError(f"message {i}: expected_key_offset goes with neither offset "
+                                 "nor expected_offset, in one produce_batch call")
+            part = m.get("partition")
+            callback = m.get("callback") or m.get("on_delivery")
+            target = default_target
+            if callback is not None:
+                target = targets.get(id(callback)) or targets.setdefault(
+                    id(callback), ReportTarget(callback, True))
+            rows.append((call_partition if part is None or part < 0 else part, m.get("key"),
+                         m.get("value"), m.get("headers"), m.get("timestamp"),
+                         m.get("expected_key_offset"), target))
+        return self._append_conditional(topic, rows, default_target)
+
+    def _append_conditional(self, topic: str, rows: list[tuple], target: ReportTarget) -> int:
+        """Records some of which carry a key condition (rows: partition or -1, key, value,
+        headers, timestamp, expected key offset or None, report target or None). Each
+        partition's records of the call go in one batch of their own, so they are appended
+        together or not at all; a call whose records of one partition cannot fit one batch,
+        or that conditions one key twice in a partition, is refused before anything is
+        queued."""
+        for _, key, _, _, _, expected, _ in rows:
+            if expected is not None and expected != NO_KEY_CONDITION:
+                self._check_key_condition(None, None, key, expected)
+        if self._txn is not None:
+            self._txn.check_produce()
+        engine = self._engine_or_start()
+        total = self._partition_count(topic)
+        partitioner = engine.config.partitioner
+        groups: dict[int, list[tuple]] = {}
+        for row in rows:
+            part = row[0]
+            if part < 0:
+                part = _one_partition(row[1], total, partitioner)
+                part = part if isinstance(part, int) else int(part[0])
+            elif part >= total:
+                raise KafkaException(KafkaError(
+                    KafkaError._UNKNOWN_PARTITION, f"topic {topic!r} has {total} partitions; "
+                    f"partition {part} does not exist"))
+            groups.setdefault(part, []).append(row)
+        acc = engine.acc
+        for part, group in groups.items():
+            _check_fits_one_batch(topic, part, group, acc.batch_size, acc.batch_num_messages,
+                                  engine.config.message_max_bytes)
+        self._enter_lane(topic, ENGINE, 0)
+        need = sum(_row_bytes(row) for row in rows)
+        deadline = time.monotonic() + engine.config.delivery_timeout_ms / 1000
+        while (acc.buffered_messages + len(rows) > acc.max_messages
+               or acc.buffered_bytes + need > acc.max_bytes):
+            if time.monotonic() > deadline:  # nothing queued: the call may be made again
+                raise BufferError("queue stayed full; none of the call's records enqueued")
+            engine.begin_flush()
+            try:
+                self._serve_engine(0.01)
+            finally:
+                engine.end_flush()
+        with engine.lock:
+            for part, group in groups.items():
+                acc.close_open(topic, part)
+                for _, key, value, headers, timestamp, expected, row_target in group:
+                    if expected is not None and expected < -1:
+                        expected = None  # NO_KEY_CONDITION
+                    acc.append(topic, part, key, value, headers, timestamp or None, None,
+                               row_target or target, None, expected, total)
+                acc.close_open(topic, part)
+        self._lanes[topic][1] += len(rows)
+        engine.appended(len(rows))
+        return len(rows)
 
     def _forward_fetched(self, topic: str, partition: int, records, *, framed: bool,
                          count: int, base_offset: int, base_timestamp: int, max_timestamp: int,
@@ -450,7 +603,8 @@ class Producer(confluent_kafka.Producer):
         """produce(), every case: the C produce() (Producer.produce, set in the class body)
         appends the common offset= / expected_offset= call itself and hands the rest here."""
         state = self._kip_state  # (its fields read directly: a property costs a call each)
-        if "offset" in kwargs or "expected_offset" in kwargs or state.txn is not None:
+        if ("offset" in kwargs or "expected_offset" in kwargs or "expected_key_offset" in kwargs
+                or state.txn is not None):
             return self._produce_kip(topic, value, key, args, kwargs)
         if state.engine is None:
             return super().produce(topic, value, key, *args, **kwargs)
@@ -494,10 +648,13 @@ class Producer(confluent_kafka.Producer):
         get = kwargs.get
         state = self._kip_state  # (its fields read directly: a property costs a call each)
         offset, expected = get("offset"), get("expected_offset")
+        expected_key = get("expected_key_offset")
         partition = get("partition", -1)
         if partition is None:
             partition = -1
-        if offset is not None or expected is not None:
+        if expected_key is not None:
+            self._check_key_condition(offset, expected, key, expected_key)
+        elif offset is not None or expected is not None:
             self._check_kip_call(offset, expected, partition)
             if self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated":
                 return _stock.produce_one(self._emulation_or_start(), topic, partition, key,
@@ -510,16 +667,18 @@ class Producer(confluent_kafka.Producer):
         engine = state.engine
         if engine is None or engine.dead:
             engine = self._engine_or_start()
-        if partition < 0:
+        total = -1
+        if partition < 0 or expected_key is not None:
             # One record: the partition count as the engine knows it now when that is fresh
-            # (asking the sender thread costs a round trip per record), else fetched.
+            # (asking the sender thread costs a round trip per record), else fetched. A key
+            # condition carries the count (docs/protocol.md §10).
             total = engine.known_partition_count(topic)
             if total is None:
-                partition = self._partitions_for(topic, [key], 1, partition)
-            else:
+                total = self._partition_count(topic)
+            if partition < 0:
                 partition = _one_partition(key, total, engine.config.partitioner)
-            if not isinstance(partition, int):
-                partition = int(partition[0])
+                if not isinstance(partition, int):
+                    partition = int(partition[0])
         size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
         if size > engine.config.message_max_bytes:
             raise KafkaException(KafkaError(
@@ -536,10 +695,39 @@ class Producer(confluent_kafka.Producer):
             self._enter_lane(topic, ENGINE, 0)
             lane = state.lanes[topic]
         with engine.lock:
-            engine.acc.append(topic, partition, key, value, get("headers"),
-                              get("timestamp") or None, offset, target, expected)
+            if expected_key is None:
+                engine.acc.append(topic, partition, key, value, get("headers"),
+                                  get("timestamp") or None, offset, target, expected)
+            else:
+                engine.acc.append(topic, partition, key, value, get("headers"),
+                                  get("timestamp") or None, None, target, None, expected_key,
+                                  total)
         lane[1] += 1
         engine.appended(1)
+
+    def _check_key_condition(self, offset, expected, key, expected_key) -> None:
+        """Refuse at the call what a per-key condition cannot do (docs/protocol.md §10)."""
+        check_key_condition(key, offset, expected, expected_key)
+        if self._acks_zero():
+            raise ValueError("expected_key_offset= cannot be used with acks=0: the broker's "
+                             "refusal would never be seen")
+        if self._transactional:
+            raise KafkaException(KafkaError(
+                KafkaError._NOT_IMPLEMENTED,
+                "expected_key_offset= with transactional.id: with this configuration "
+                "transactions are librdkafka's, and kipproducer's engine takes no part in "
+                "them"))
+
+    def _partition_count(self, topic: str) -> int:
+        engine = self._engine_or_start()
+        try:
+            return engine.partition_count(
+                topic, timeout=min(30.0, max(2.0, engine.config.delivery_timeout_ms / 1000)))
+        except LookupError as exc:
+            code = exc.args[0]
+            detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
+            raise KafkaException(KafkaError(code, f"topic {topic!r}: "
+                                            f"{KafkaError(code).name()}{detail}")) from None
 
     def _check_kip_call(self, offset, expected, partition) -> None:
         """Refuse at the call what the KIP modes cannot do (docs/protocol.md §6, §8)."""
@@ -915,14 +1103,11 @@ class Producer(confluent_kafka.Producer):
 
     def _deliver(self, report) -> int:
         batch = report.batch
-        runs = batch.opaque_runs or [(0, None)]
-        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
+        if getattr(report.error, "per_record", None) is not None:
+            return self._deliver_per_record(report)
         decoded = None
         served = 0
-        for (start, target), end in zip(runs, bounds, strict=True):
-            callback = target.callback if target is not None else self._default_on_delivery
-            if callback is None:
-                continue
+        for start, end, target, callback in self._report_runs(batch):
             if target is None or not target.per_record:
                 if batch.runs is None:
                     first = report.base_offset + start if report.base_offset >= 0 else -1
@@ -952,6 +1137,37 @@ class Producer(confluent_kafka.Producer):
                         batch.partition, report.error, callback, confluent_kafka.Message,
                         _TIMESTAMP_CREATE_TIME)
                 first_index = stop
+        return served
+
+    def _report_runs(self, batch):
+        """(first record, end, report target, callback) per run of a batch's records that
+        share a report target and have a callback."""
+        runs = batch.opaque_runs or [(0, None)]
+        bounds = [start for start, _ in runs[1:]] + [batch.record_count]
+        for (start, target), end in zip(runs, bounds, strict=True):
+            callback = target.callback if target is not None else self._default_on_delivery
+            if callback is not None:
+                yield start, end, target, callback
+
+    def _deliver_per_record(self, report) -> int:
+        """A refused batch whose records each have their own error (per-key conditions,
+        docs/protocol.md §10): one report per record, none of them written."""
+        batch = report.batch
+        errors = report.error.per_record
+        decoded = None
+        served = 0
+        for start, end, target, callback in self._report_runs(batch):
+            for index in range(start, end):
+                if target is None or not target.per_record:
+                    callback(errors[index], BatchDelivery(batch.topic, batch.partition, -1, 1,
+                                                          errors[index]))
+                else:
+                    if decoded is None:
+                        decoded = next(decode_batches(batch.data, validate=False))
+                    decoded.deliver(index, index + 1, -1, batch.topic, batch.partition,
+                                    errors[index], callback, confluent_kafka.Message,
+                                    _TIMESTAMP_CREATE_TIME)
+                served += 1
         return served
 
     def poll(self, timeout: float | None = None) -> int:  # type: ignore[override]

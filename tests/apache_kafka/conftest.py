@@ -7,6 +7,7 @@
   that kills a node and fails cannot leave the next one a broken cluster.
 * ``kafka1_tv0``: 1 node formatted with ``transaction.version=0`` (the classic transaction
   protocol, what a 3.x cluster speaks), per module.
+* ``kafka1_secured``: 1 node with TLS and SASL listeners besides the plaintext one, per module.
 
 Without Java or Maven (and no cached jars) the tests skip with one line naming what is
 missing; under ``CI=true`` that is an error instead, so CI cannot pass by skipping them.
@@ -26,6 +27,10 @@ sys.path.insert(0, str(HERE))
 # the paced loads and their judge (lost / duplicated / reordered), shared with the mock
 # cluster's tests
 sys.path.insert(0, str(HERE.parent / "cluster"))
+# the producer-group kill -9 scenario, shared with the reference broker's test
+sys.path.insert(0, str(HERE.parent / "producer"))
+# the emulated KIP-27 race, shared with the stand-in's test
+sys.path.insert(0, str(HERE.parent / "kip"))
 
 import kafka_jars  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402
@@ -82,11 +87,22 @@ def kafka1_tv0(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluste
         cluster.close()
 
 
+@pytest.fixture(scope="module")
+def kafka1_secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """1 node with an SSL listener (PEM keystores from a trustme CA) and a SASL_PLAINTEXT one
+    (PLAIN, SCRAM-SHA-256/512 users made at format time, unsecured OAUTHBEARER)."""
+    cluster = _start(tmp_path_factory.mktemp("kafka1-secured"), 1, tls=True, sasl=True)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
     """A failed test on Apache Kafka shows the end of every node's log."""
     if call.excinfo is None or call.when != "call":
         return
-    for name in ("kafka3", "kafka1_tv0"):
+    for name in ("kafka3", "kafka1_tv0", "kafka1_secured"):
         cluster = getattr(item, "funcargs", {}).get(name)
         if isinstance(cluster, KafkaCluster):
             for node_id in cluster.nodes:

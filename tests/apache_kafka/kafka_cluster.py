@@ -23,7 +23,6 @@ part) or 0 (the classic protocol), set when the storage is formatted.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka_jars import classpath as kafka_classpath
 from kafka_jars import java
@@ -168,6 +167,7 @@ class KafkaCluster:
         self._tool_log4j = self.root / "log4j2-tool.properties"
         self._tool_log4j.write_text(TOOL_LOG4J2)
         self._admin: AdminClient | None = None
+        self._settle = ""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -259,14 +259,19 @@ class KafkaCluster:
 
     def _make_certificates(self) -> None:
         import trustme
+        from cryptography.hazmat.primitives import serialization
         self.ca = trustme.CA()
         cert = self.ca.issue_cert("127.0.0.1", "localhost")
         ca_pem = self.root / "ca.pem"
         self.ca.cert_pem.write_to_path(str(ca_pem))
         broker_pem = self.root / "broker.pem"
-        # trustme writes a PKCS#8 "BEGIN PRIVATE KEY", which Kafka's PEM keystore needs.
-        broker_pem.write_bytes(cert.private_key_pem.bytes() + b"".join(
-            blob.bytes() for blob in cert.cert_chain_pems))
+        # Kafka's PEM keystore reads PKCS#8 keys only ("BEGIN PRIVATE KEY"); trustme writes
+        # the key in OpenSSL's traditional form.
+        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), None)
+        pkcs8 = key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption())
+        broker_pem.write_bytes(pkcs8 + b"".join(blob.bytes() for blob in cert.cert_chain_pems))
         self.security.ca_pem = ca_pem
         self.security.broker_pem = broker_pem
 
@@ -373,6 +378,24 @@ class KafkaCluster:
                 return
             time.sleep(0.3)
         raise TimeoutError(f"partitions not in sync after {timeout} s: {lagging[:10]}")
+
+    def settle(self) -> None:
+        """Before a timed run: every node up, every partition in sync, and a new idempotent
+        producer served at once. A node just restarted can answer a producer id request with
+        COORDINATOR_LOAD_IN_PROGRESS for a while, which would be charged to whichever client
+        runs next."""
+        self.wait_in_sync()
+        warm = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True,
+                         "acks": "all", **QUIET})
+        for _ in range(3):
+            warm.produce(self._settle_topic(), b"settle")
+        left = warm.flush(60)
+        assert left == 0, "the cluster did not take an idempotent produce in 60 s"
+
+    def _settle_topic(self) -> str:
+        if not self._settle:
+            self._settle = self.unique_topic("settle", self.size)
+        return self._settle
 
     def log_tail(self, node_id: int, lines: int = 30) -> str:
         node = self.nodes[node_id]

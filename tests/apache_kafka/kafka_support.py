@@ -4,42 +4,16 @@ is made by both and both must agree."""
 
 from __future__ import annotations
 
-import time
-import uuid
-
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka_cluster import KafkaCluster
 from kafka_jars import reader_classpath
-
-Record = tuple[int, bytes | None, bytes | None]   # (offset, key, value)
-Log = dict[int, list[Record]]                     # partition -> records in offset order
+from scenario_support import Log, Outcome, count_faults, read_records, sequences
 
 
 def rdkafka_read(bootstrap: str, topic: str, partitions: int, *,
                  isolation: str = "read_committed", timeout: float = 60.0,
                  config: dict | None = None) -> Log:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "isolation.level": isolation, "fetch.wait.max.ms": 10,
-                         **(config or {})})
-    out: Log = {p: [] for p in range(partitions)}
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        at_eof: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while len(at_eof) < partitions:
-            assert time.monotonic() < deadline, f"reading {topic} took over {timeout} s"
-            for msg in consumer.consume(10_000, timeout=0.05):
-                err = msg.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, err
-                    at_eof.add(msg.partition())
-                    continue
-                at_eof.discard(msg.partition())
-                out[msg.partition()].append((msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return out
+    return read_records(bootstrap, topic, partitions, timeout=timeout,
+                        config={"isolation.level": isolation, **(config or {})})
 
 
 def java_read_topics(cluster: KafkaCluster, topics: list[str], *,
@@ -87,8 +61,8 @@ def _agree(topic: str, partitions: int, isolation: str, ours: Log, java: Log) ->
     for p in range(partitions):
         if ours[p] != theirs[p]:
             a, b = ours[p], theirs[p]
-            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a),
-                                                                                   len(b)))
+            pairs = enumerate(zip(a, b, strict=False))
+            first = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
             raise AssertionError(
                 f"{topic}[{p}] ({isolation}): librdkafka read {len(a)} records, Kafka's Java "
                 f"consumer {len(b)}; first difference at #{first}: "
@@ -96,7 +70,17 @@ def _agree(topic: str, partitions: int, isolation: str, ours: Log, java: Log) ->
     return ours
 
 
-def sequences(log: Log) -> dict[int, list[int]]:
-    """The sequence number each load's value starts with (tests/cluster/scenario_support.py)."""
-    return {p: [int(v[:9]) for _, _, v in records if v is not None]
-            for p, records in log.items()}
+def judge_outcomes(cluster: KafkaCluster, outcomes: list[Outcome], partitions: int, n: int,
+                   label: str) -> None:
+    """Every load's topic read back by both readers (one Java consumer for all): every
+    record reported delivered, none lost, duplicated or reordered."""
+    logs = read_both_topics(cluster, [o.topic for o in outcomes], partitions)
+    for outcome in outcomes:
+        count_faults(outcome, sequences(logs[outcome.topic]), n)
+        print(f"{label}: {outcome.client} {outcome.elapsed:.2f} s, delivered "
+              f"{outcome.delivered}, lost {outcome.lost}, duplicated {outcome.duplicated}, "
+              f"reordered {outcome.reordered}, errors {len(outcome.errors)}")
+    for outcome in outcomes:
+        assert not outcome.errors, (outcome.client, outcome.errors[:3])
+        assert outcome.delivered == n, outcome
+        assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome

@@ -21,19 +21,18 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import numpy as np
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from emulated_support import race_conditional_writers
 from kafka_cluster import KafkaCluster
-from kafka_support import read_both, rdkafka_read
+from kafka_support import rdkafka_read, read_both
 from scenario_support import unique
 
 from kipproducer import Producer
 from kipproducer.broker.embedded import EmbeddedBroker
-from kipproducer.errors import OffsetMismatchError
 from kipproducer.stock.plan import FILLER_HEADER
 
 # missing offsets: 4 (a gap of 1), 7-8 (of 2), 11 (1), 13..59 (many), 63 (1)
@@ -113,43 +112,8 @@ def test_four_concurrent_conditional_writers(kafka3: KafkaCluster) -> None:
     """At most one wins per expected offset, no interleaving, no duplicate: every committed
     record belongs to a success its writer saw, at the offsets it was told."""
     topic = kafka3.unique_topic("cond-race")
-    rounds, k, writers = 4, 3, 4
-    start = threading.Barrier(writers)
-    outcomes: dict[int, dict] = {}
-
-    def writer(w: int) -> None:
-        out: dict = {"successes": [], "mismatches": 0, "error": None}
-        outcomes[w] = out
-        try:
-            with emulated(kafka3.bootstrap) as p:
-                expected = 0
-                start.wait(60)
-                attempt = 0
-                while len(out["successes"]) < rounds and attempt < 200:
-                    values = [b"w%d-a%d-%d" % (w, attempt, i) for i in range(k)]
-                    try:
-                        first = p.append(topic, values, partition=0, expected_offset=expected)
-                    except OffsetMismatchError as exc:
-                        out["mismatches"] += 1
-                        expected = exc.log_end_offset
-                    else:
-                        out["successes"].append((first, values))
-                        expected = first + k + 1   # its commit marker takes one offset
-                    attempt += 1
-        except BaseException as exc:  # reported below
-            out["error"] = repr(exc)
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(240)
-    assert all(o["error"] is None for o in outcomes.values()), outcomes
-    assert all(len(o["successes"]) == rounds for o in outcomes.values()), outcomes
-    assert sum(o["mismatches"] for o in outcomes.values()) > 0  # they did race
-    wins = sorted((first, values) for o in outcomes.values() for first, values in o["successes"])
-    got = [(off, v) for off, _, v in committed_offsets(kafka3, topic)[0]]
-    assert got == [(first + i, v) for first, values in wins for i, v in enumerate(values)]
+    race_conditional_writers(lambda: emulated(kafka3.bootstrap), topic, lambda: [
+        (off, v) for off, _, v in committed_offsets(kafka3, topic)[0]], rounds=4)
 
 
 COPY_RECORDS = 20_000

@@ -147,13 +147,16 @@ def run_load(client: str, bootstrap: str, topic: str, *, n: int = N, pace_s: flo
     return outcome
 
 
-def read_sequences(bootstrap: str, topic: str, partitions: int = PARTITIONS,
-                   timeout: float = 30.0) -> dict[int, list[int]]:
-    """Every record's sequence number, per partition in offset order."""
+Log = dict[int, list[tuple[int, bytes | None, bytes | None]]]  # partition -> (offset, key, value)
+
+
+def read_records(bootstrap: str, topic: str, partitions: int = PARTITIONS, *,
+                 timeout: float = 30.0, config: dict | None = None) -> Log:
+    """Every record, per partition in offset order, read by librdkafka to the end."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"),
                          "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.wait.max.ms": 10})
-    out: dict[int, list[int]] = {p: [] for p in range(partitions)}
+                         "fetch.wait.max.ms": 10, **(config or {})})
+    out: Log = {p: [] for p in range(partitions)}
     try:
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         at_eof: set[int] = set()
@@ -167,17 +170,28 @@ def read_sequences(bootstrap: str, topic: str, partitions: int = PARTITIONS,
                     at_eof.add(msg.partition())
                     continue
                 at_eof.discard(msg.partition())
-                out[msg.partition()].append(int(msg.value()[:9]))
+                out[msg.partition()].append((msg.offset(), msg.key(), msg.value()))
     finally:
         consumer.close()
     return out
 
 
-def judge(outcome: Outcome, bootstrap: str, n: int = N) -> Outcome:
+def sequences(log: Log) -> dict[int, list[int]]:
+    """The sequence number each record's value starts with (see value()), per partition."""
+    return {p: [int(v[:9]) for _, _, v in records if v is not None]
+            for p, records in log.items()}
+
+
+def read_sequences(bootstrap: str, topic: str, partitions: int = PARTITIONS,
+                   timeout: float = 30.0) -> dict[int, list[int]]:
+    """Every record's sequence number, per partition in offset order."""
+    return sequences(read_records(bootstrap, topic, partitions, timeout=timeout))
+
+
+def count_faults(outcome: Outcome, by_partition: dict[int, list[int]], n: int = N) -> Outcome:
     """Counts what the log holds against what was sent: lost (never in the log),
     duplicated (in it more than once), reordered (a partition's sequence going backwards
     other than by a duplicate)."""
-    by_partition = read_sequences(bootstrap, outcome.topic)
     seen: set[int] = set()
     duplicated = reordered = 0
     for seqs in by_partition.values():
@@ -194,6 +208,11 @@ def judge(outcome: Outcome, bootstrap: str, n: int = N) -> Outcome:
     outcome.duplicated = duplicated
     outcome.reordered = reordered
     return outcome
+
+
+def judge(outcome: Outcome, bootstrap: str, n: int = N) -> Outcome:
+    """count_faults on what librdkafka reads back from the topic."""
+    return count_faults(outcome, read_sequences(bootstrap, outcome.topic), n)
 
 
 def compare(kip: Outcome, confluent: Outcome, *, factor: float = 1.5,

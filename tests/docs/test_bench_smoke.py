@@ -34,6 +34,8 @@ RUNS = [
                                "--conditional-records", "200"], "emulated produce_arrays"),
     ("side_by_side_broker.py", ["--messages", "2000", "--repeat", "1", "--partitions", "1"],
      "tansu"),
+    ("side_by_side_gaps.py", ["--records", "1000", "--run", "100", "--repeat", "1",
+                              "--brokers", "standin"], "ms/gap"),
 ]
 
 

@@ -99,8 +99,10 @@ def test_kafka_source_configs_round_trip(admin: AdminClient) -> None:
         assert configs[name].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value, name
         assert not configs[name].is_default and not configs[name].is_read_only
         assert not configs[name].is_sensitive
-    # Kafka 3.9's full topic config set, plus kipproducer's check.expected.offsets.
-    assert len(configs) == 37
+    # Kafka 3.9's full topic config set, plus kipproducer's check.expected.offsets and
+    # key.conditional.partitions.
+    assert len(configs) == 38
+    assert configs["key.conditional.partitions"].value == "0"
     assert configs["check.expected.offsets"].value == "false"
     assert configs["compression.zstd.level"].value == "3"
     assert configs["remote.log.copy.disable"].source == ConfigSource.DEFAULT_CONFIG.value

@@ -36,12 +36,16 @@ class RawClient:
         return bytes(out)
 
     def produce(self, topic: str, batches: dict[int, bytes], *, mode: int, acks: int = -1,
-                version: int = 10):
-        """One Produce request; returns {partition: partition response}."""
-        body = self.request(0, version, transactional_id=None, acks=acks, timeout=10000,
-                            produce_mode=mode, topic_data=[{
+                version: int = 10, key_conditions: dict[int, bytes] | None = None,
+                transactional_id: str | None = None):
+        """One Produce request; returns {partition: partition response}. ``key_conditions``:
+        a partition's KeyConditions tag (docs/protocol.md §10)."""
+        conditions = key_conditions or {}
+        body = self.request(0, version, transactional_id=transactional_id, acks=acks,
+                            timeout=10000, produce_mode=mode, topic_data=[{
                                 "name": topic,
-                                "partition_data": [{"index": p, "records": b}
+                                "partition_data": [{"index": p, "records": b,
+                                                    "key_conditions": conditions.get(p)}
                                                    for p, b in batches.items()]}])
         return {p.index: p for t in body.responses for p in t.partition_responses}
 

@@ -8,11 +8,16 @@ E + n + 1.
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from confluent_kafka import Producer as StockProducer
-from emulated_support import STANDIN_CONFIG, committed, emulated_producer, new_topic, uncommitted
+from emulated_support import (
+    STANDIN_CONFIG,
+    committed,
+    emulated_producer,
+    new_topic,
+    race_conditional_writers,
+    uncommitted,
+)
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.errors import OFFSET_MISMATCH, OffsetMismatchError
@@ -89,42 +94,5 @@ def test_four_concurrent_conditional_writers(stock):
     """At most one wins per expected offset, no interleaving, no duplicate: every committed
     record belongs to a success its writer saw, at the offsets it was told."""
     topic = new_topic(stock, "em-cond-race")
-    rounds, k, writers = 5, 3, 4
-    start = threading.Barrier(writers)
-    outcomes: dict[int, dict] = {}
-
-    def writer(w: int) -> None:
-        out: dict = {"successes": [], "mismatches": 0, "error": None}
-        outcomes[w] = out
-        try:
-            with emulated_producer(stock) as p:
-                expected = 0
-                start.wait(30)
-                attempt = 0
-                while len(out["successes"]) < rounds and attempt < 200:
-                    values = [b"w%d-a%d-%d" % (w, attempt, i) for i in range(k)]
-                    try:
-                        first = p.append(topic, values, partition=0, expected_offset=expected)
-                    except OffsetMismatchError as exc:
-                        out["mismatches"] += 1
-                        expected = exc.log_end_offset
-                    else:
-                        out["successes"].append((first, values))
-                        expected = first + k + 1
-                    attempt += 1
-        except BaseException as exc:  # reported below
-            out["error"] = repr(exc)
-
-    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(240)
-    assert all(o["error"] is None for o in outcomes.values()), outcomes
-    assert all(len(o["successes"]) == rounds for o in outcomes.values()), outcomes
-    assert sum(o["mismatches"] for o in outcomes.values()) > 0  # they did race
-    wins = sorted((first, values) for o in outcomes.values() for first, values in o["successes"])
-    got = [(r.offset, r.value) for r in committed(stock, topic)]
-    assert got == [(first + i, v) for first, values in wins for i, v in enumerate(values)]
-    starts = [first for first, _ in wins]
-    assert len(set(starts)) == len(starts)
+    race_conditional_writers(lambda: emulated_producer(stock), topic, lambda: [
+        (r.offset, r.value) for r in committed(stock, topic)])

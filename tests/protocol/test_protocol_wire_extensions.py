@@ -189,7 +189,8 @@ class TestErrorCodeTable:
             assert error_codes.error_code(name) == value
 
     def test_table_covers_every_kio_code_and_the_extensions(self) -> None:
-        assert {int(c) for c in ErrorCode} | {10391, 10027} == set(error_codes.ERRORS)
+        extensions = {10391, 10027, 10044, 10045, 10046}
+        assert {int(c) for c in ErrorCode} | extensions == set(error_codes.ERRORS)
         assert error_codes.KafkaErrorCode.STALE_BROKER_EPOCH == 77
         assert error_codes.KafkaErrorCode(10391).name == "INVALID_PRODUCE_OFFSET"
 
@@ -201,6 +202,8 @@ class TestErrorCodeTable:
             "INVALID_PRODUCER_EPOCH": 47, "INVALID_TXN_STATE": 48,
             "OPERATION_NOT_ATTEMPTED": 55, "INVALID_RECORD": 87,
             "INVALID_PRODUCE_OFFSET": 10391, "OFFSET_MISMATCH": 10027,
+            "KEY_OFFSET_MISMATCH": 10044, "KEY_INDEX_INCOMPLETE": 10045,
+            "PARTITION_COUNT_MISMATCH": 10046,
         }
         for name, code in expected.items():
             assert getattr(error_codes, name) == code

@@ -280,12 +280,23 @@ class BrokerConfig:
         "doc": "OpenSSL cipher list for TLS 1.2; empty: OpenSSL's defaults"})
     # -- kipproducer's extensions (docs/protocol.md) --
     kip_wire_version: int = field(
-        default=2,
+        default=3,
         metadata={
             "name": "kip.wire.version",
-            "doc": "the highest KIP-WIRE version advertised for the produce-with-offsets "
-            "features: 2 takes several batches of one partition in one request (§9), 1 "
-            "keeps Kafka's one batch per partition (what an older broker does)",
+            "doc": "the highest KIP-WIRE version this broker speaks (docs/protocol.md): 3 adds "
+            "per-key conditions (§10, feature kip.produce.key.conditional), 2 several "
+            "batches of one partition in one request (§9), 1 keeps Kafka's one batch per "
+            "partition (what an older broker does)",
+        },
+    )
+    kip_key_index_max_keys: int = field(
+        default=100_000,
+        metadata={
+            "name": "kip.key.index.max.keys",
+            "doc": "per partition, the keys whose last offset the per-key conditional index "
+            "(docs/protocol.md §10) keeps in memory; past it the oldest are forgotten and a "
+            "condition on a forgotten key is refused with KEY_INDEX_INCOMPLETE, never "
+            "answered wrongly",
         },
     )
     kip_extensions_enable: bool = field(
@@ -359,8 +370,10 @@ class BrokerConfig:
             raise BrokerConfigError(f"max.connections.per.ip.overrides: {exc}") from None
         if config.num_partitions < 1:
             raise BrokerConfigError("num.partitions must be at least 1")
-        if config.kip_wire_version not in (1, 2):
-            raise BrokerConfigError("kip.wire.version must be 1 or 2")
+        if config.kip_wire_version not in (1, 2, 3):
+            raise BrokerConfigError("kip.wire.version must be 1, 2 or 3")
+        if config.kip_key_index_max_keys < 1:
+            raise BrokerConfigError("kip.key.index.max.keys must be at least 1")
         for name in ("transaction.max.timeout.ms", "transactional.id.expiration.ms",
                      "transaction.abort.timed.out.transaction.cleanup.interval.ms",
                      "transaction.remove.expired.transaction.cleanup.interval.ms"):

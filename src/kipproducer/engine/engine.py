@@ -31,6 +31,7 @@ what waits; a new epoch, not a new producer id, repairs the sequences when it ab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -51,6 +52,7 @@ from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, encode_produce_request
 from kipproducer.protocol.wire_extensions import (
     FEATURE_PRODUCE_CONDITIONAL,
+    FEATURE_PRODUCE_KEY_CONDITIONAL,
     FEATURE_PRODUCE_OFFSETS,
     MULTI_BATCH_VERSION,
     ProduceMode,
@@ -61,6 +63,8 @@ from ..state_fields import state_field
 from .cluster import Cluster
 from .config import EngineConfig
 from .connection import BrokerAuthenticationError, BrokerConnection, BrokerConnectionError
+from .key_conditions import batch_error as key_batch_error
+from .key_conditions import conditions_by_partition
 from .partition_send import BrokenChain, PartitionSendState
 from .transactions import EngineHooks
 from .txn_requests import (
@@ -340,10 +344,25 @@ class Engine:
 
     async def _leaders_announce(self, topic: str, features: tuple[str, ...],
                                 timeout: float) -> list[bool]:
+        deadline = time.monotonic() + timeout
         count = await self._partition_count(topic, timeout)
         out = []
         for partition in range(count):
-            conn = await self.cluster.connection(self.cluster.leader(topic, partition))
+            while True:
+                try:
+                    conn = await self.cluster.connection(self.cluster.leader(topic, partition))
+                    break
+                except (BrokerConnectionError, OSError) as exc:
+                    # A leader killed is named by the metadata until the cluster fences it
+                    # (seconds on Kafka): ask again until the partition has a leader that
+                    # answers, as a send to it would.
+                    if isinstance(exc, BrokerAuthenticationError):
+                        raise LookupError(AUTHENTICATION, str(exc)) from None
+                    if time.monotonic() > deadline:
+                        raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
+                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                    with contextlib.suppress(BrokerConnectionError, OSError):
+                        await self.cluster.refresh([topic])
             out.append(all(conn.supports_feature(name) for name in features))
         return out
 
@@ -740,7 +759,8 @@ class Engine:
                                                 "expired before the batch was sent",
                                                 mode=batch_mode), -1)
                 continue
-            if batch_mode != ProduceMode.ASSIGN and self._refuse_locally(conn, sender, batch):
+            if (batch_mode != ProduceMode.ASSIGN or batch.key_conditions is not None) \
+                    and self._refuse_locally(conn, sender, batch):
                 continue
             if mode is not None and batch_mode != mode:
                 continue
@@ -803,7 +823,19 @@ class Engine:
         conditional batch of the same call. True when the batch was taken off the queue."""
         mode = batch.produce_mode
         error = None
-        if sender.continues_broken_chain(batch):
+        if batch.key_conditions is not None:
+            try:
+                supported = (conn.supports_feature(FEATURE_PRODUCE_KEY_CONDITIONAL)
+                             and conn.version_for(PRODUCE, PRODUCE_MAX_VERSION) >= 9)
+            except BrokerConnectionError:
+                supported = False
+            if not supported:
+                error = kafka_error(
+                    KafkaError._UNSUPPORTED_FEATURE,
+                    f"expected_key_offset= (per-key conditional produce) is unsupported by "
+                    f"broker {conn.node_id} ({conn.host}:{conn.port}): it does not advertise "
+                    f"the feature {FEATURE_PRODUCE_KEY_CONDITIONAL!r}; nothing was sent")
+        elif sender.continues_broken_chain(batch):
             error = continuation_error(sender.broken_chain)
         else:
             feature = MODE_FEATURE[mode]
@@ -911,8 +943,12 @@ class Engine:
                 # (the C encoder writes a null transactional_id: transactional requests go
                 # through the generic codec)
                 topics: dict[str, list] = {}
+                conditions = (conditions_by_partition(batches) if mode == ProduceMode.ASSIGN
+                              else None)
                 for topic, partition, records in _records_by_partition(batches):
-                    topics.setdefault(topic, []).append((partition, records))
+                    topics.setdefault(topic, []).append(
+                        (partition, records, conditions.get((topic, partition)))
+                        if conditions else (partition, records))
                 conn.send_parts(PRODUCE, version, lambda correlation_id, client_id: (
                     encode_produce_request(correlation_id, client_id, version, config.acks,
                                            config.request_timeout_ms, topics, mode)),
@@ -976,7 +1012,9 @@ class Engine:
             else:
                 refresh = refresh or code in _METADATA_ERRORS
                 message = getattr(answer, "error_message", None)
-                self._on_error(batch, kafka_error(code, message))
+                self._on_error(batch, kafka_error(code, message) if batch.key_conditions is None
+                               else key_batch_error(batch, code, message,
+                                                    getattr(answer, "key_conflicts", None)))
         if delivered:
             self._report_delivered(delivered)
         if refresh:
@@ -1026,8 +1064,12 @@ class Engine:
 
     def _produce_body(self, batches: list[ProducerBatch], version: int, mode: int) -> Any:
         topics: dict[str, list] = {}
+        conditions = conditions_by_partition(batches) if mode == ProduceMode.ASSIGN else None
         for topic, partition, records in _records_by_partition(batches):
-            topics.setdefault(topic, []).append({"index": partition, "records": records})
+            part = {"index": partition, "records": records}
+            if conditions and (topic, partition) in conditions:
+                part["key_conditions"] = conditions[(topic, partition)]
+            topics.setdefault(topic, []).append(part)
         extension = {"produce_mode": int(mode)} if mode != ProduceMode.ASSIGN else {}
         return build_request(
             PRODUCE, version, transactional_id=self.config.transactional_id,

@@ -16,7 +16,13 @@ from typing import Final
 
 from kio.schema.errors import ErrorCode as _KioErrorCode
 
-from kipproducer.errors import INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH
+from kipproducer.errors import (
+    INVALID_PRODUCE_OFFSET,
+    KEY_INDEX_INCOMPLETE,
+    KEY_OFFSET_MISMATCH,
+    OFFSET_MISMATCH,
+    PARTITION_COUNT_MISMATCH,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,13 +171,16 @@ STREAMS_INVALID_TOPOLOGY_EPOCH: Final = 131
 STREAMS_TOPOLOGY_FENCED: Final = 132
 SHARE_SESSION_LIMIT_REACHED: Final = 133
 
-# kipproducer wire extensions (docs/protocol.md §5): codes no Kafka release uses.
-# INVALID_PRODUCE_OFFSET and OFFSET_MISMATCH, imported above from kipproducer.errors (where the
-# client's exceptions are defined).
+# kipproducer wire extensions (docs/protocol.md §5 and §10): codes no Kafka release uses.
+# INVALID_PRODUCE_OFFSET, OFFSET_MISMATCH and the per-key codes are imported above from
+# kipproducer.errors (where the client's exceptions are defined).
 
 _EXTENSION_ERRORS: Final = (
     ErrorInfo(INVALID_PRODUCE_OFFSET, "INVALID_PRODUCE_OFFSET", False),
     ErrorInfo(OFFSET_MISMATCH, "OFFSET_MISMATCH", False),
+    ErrorInfo(KEY_OFFSET_MISMATCH, "KEY_OFFSET_MISMATCH", False),
+    ErrorInfo(KEY_INDEX_INCOMPLETE, "KEY_INDEX_INCOMPLETE", False),
+    ErrorInfo(PARTITION_COUNT_MISMATCH, "PARTITION_COUNT_MISMATCH", False),
 )
 
 

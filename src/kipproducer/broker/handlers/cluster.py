@@ -10,7 +10,9 @@ from kipproducer.protocol.wire_extensions import (
     FEATURE_MAX_VERSION,
     FEATURE_MIN_VERSION,
     FEATURE_PRODUCE_CONDITIONAL,
+    FEATURE_PRODUCE_KEY_CONDITIONAL,
     FEATURE_PRODUCE_OFFSETS,
+    KEY_CONDITIONAL_WIRE_VERSION,
 )
 
 from ...protocol.api_keys import API_VERSIONS, DESCRIBE_CLUSTER, METADATA
@@ -36,23 +38,29 @@ log = logging.getLogger("kipproducer.broker")
 async def api_versions(ctx: RequestContext, body):
     config = ctx.broker.config
     # kip.extensions.enable=false: a stand-in for stock Kafka, which announces none of ours
-    features = (_features(ctx.api_version, min(FEATURE_MAX_VERSION, config.kip_wire_version))
+    features = (_features(ctx.api_version, config.kip_wire_version)
                 if config.kip_extensions_enable else {})
     return build_response(
         API_VERSIONS, ctx.api_version, api_keys=api_versions_table(), **features)
 
 
-def _features(version: int, max_version: int = FEATURE_MAX_VERSION) -> dict:
-    """docs/protocol.md §1: the extensions this broker implements, in SupportedFeatures (v3+);
-    ``max_version``: 2 with several batches per partition (§9), 1 without."""
+def _features(version: int, wire_version: int = KEY_CONDITIONAL_WIRE_VERSION) -> dict:
+    """docs/protocol.md §1: the extensions this broker implements, in SupportedFeatures (v3+).
+    ``wire_version`` (kip.wire.version): the two produce modes go to MaxVersion 2 with
+    several batches per partition (§9), 1 without; from 3 the per-key conditions (§10)."""
     if version < 3:
         return {}
-    return {"supported_features": [
+    max_version = min(FEATURE_MAX_VERSION, wire_version)
+    features = [
         {"name": FEATURE_PRODUCE_OFFSETS, "min_version": FEATURE_MIN_VERSION,
          "max_version": max_version},
         {"name": FEATURE_PRODUCE_CONDITIONAL, "min_version": FEATURE_MIN_VERSION,
          "max_version": max_version},
-    ]}
+    ]
+    if wire_version >= KEY_CONDITIONAL_WIRE_VERSION:
+        features.append({"name": FEATURE_PRODUCE_KEY_CONDITIONAL, "min_version": 1,
+                         "max_version": 1})
+    return {"supported_features": features}
 
 
 def partition_metadata(ctx: RequestContext, partitions: int, version: int = 12) -> list[dict]:

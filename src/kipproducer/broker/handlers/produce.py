@@ -32,7 +32,14 @@ from kipproducer.errors import CorruptRecordError
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 from kipproducer.protocol.produce_codec import DIRECT_VERSIONS, EncodedAnswer
-from kipproducer.protocol.wire_extensions import MULTI_BATCH_VERSION, ProduceMode
+from kipproducer.protocol.wire_extensions import (
+    KEY_CONDITIONAL_WIRE_VERSION,
+    MULTI_BATCH_VERSION,
+    KeyConditionsFormatError,
+    ProduceMode,
+    decode_key_conditions,
+    encode_key_conflicts,
+)
 from kipproducer.records import (
     UnitRuleError,
     decode_batches,
@@ -53,7 +60,13 @@ from ..security.checks import (
     may_write_topic,
     may_write_transactional_id,
 )
-from ..storage.errors import InvalidAppendOffsetError, OffsetMismatchError, StorageError
+from ..storage.errors import (
+    InvalidAppendOffsetError,
+    KeyConditionError,
+    OffsetMismatchError,
+    StorageError,
+)
+from ..storage.key_index import PENDING, UNKNOWN, KeyConditions
 from ..storage.log_config import LONG_MAX
 from ..storage.recompress import recompress
 from .common import logs_of, partition_log
@@ -305,8 +318,12 @@ async def produce(ctx: RequestContext, body):
     # A stock broker (the stand-in, kip.extensions.enable=false) skips the unknown tag: mode 0
     # rules, so a batch with baseOffset != 0 is INVALID_RECORD and one at 0 is appended at the
     # log end, with no LogEndOffset in the answer (Kafka 3.9's UnifiedLog checks).
+    config = ctx.broker.config
     mode = (getattr(body, "produce_mode", ProduceMode.ASSIGN)
-            if ctx.broker.config.kip_extensions_enable else ProduceMode.ASSIGN)
+            if config.kip_extensions_enable else ProduceMode.ASSIGN)
+    # A broker below KIP-WIRE version 3 skips the KeyConditions tag as an unknown one.
+    key_conditional = (config.kip_extensions_enable
+                       and config.kip_wire_version >= KEY_CONDITIONAL_WIRE_VERSION)
     txn = (None if body.transactional_id is None
            else TransactionalRequest(ctx, body.transactional_id))
     # (code, message) that fails the whole request; not the exception itself, whose traceback
@@ -335,7 +352,10 @@ async def produce(ctx: RequestContext, body):
                 # log_ below is always this partition's
                 _check_request(ctx, body, mode, info, pdata.index, writable)
                 records, batch = _check_batch(ctx, info, pdata.records, mode, txn, pdata.index)
-                accepted.append((log_, records, batch, answer))
+                raw = getattr(pdata, "key_conditions", None) if key_conditional else None
+                conditions = (None if raw is None else
+                              _key_conditions(ctx, info, pdata.index, raw, mode, batch))
+                accepted.append((log_, records, batch, answer, conditions))
             except RequestRefused as refused:
                 refused_request = refused_request or (refused.error_code, refused.message)
             except PartitionRefused as refused:
@@ -360,8 +380,8 @@ async def produce(ctx: RequestContext, body):
     if mode == ProduceMode.EXPECTED_OFFSETS:
         accepted = _precheck_expected_offsets(accepted)
     appended = False
-    for log_, records, batch, answer in accepted:
-        appended = _append(log_, records, batch, answer, mode) or appended
+    for log_, records, batch, answer, conditions in accepted:
+        appended = _append(log_, records, batch, answer, mode, conditions) or appended
     if mode != ProduceMode.ASSIGN:
         for log_, answer in touched:
             answer["log_end_offset"] = log_.log_end_offset
@@ -420,7 +440,7 @@ def _precheck_expected_offsets(accepted: list) -> list:
     its original offsets (docs/protocol.md §4, the duplicate check comes first).
     """
     mismatched = set()
-    for i, (log_, _records, batch, answer) in enumerate(accepted):
+    for i, (log_, _records, batch, answer, _conditions) in enumerate(accepted):
         expected = batch.base_offset
         if expected == -1:
             continue
@@ -434,7 +454,7 @@ def _precheck_expected_offsets(accepted: list) -> list:
             mismatched.add(i)
     if not mismatched:
         return accepted
-    for i, (_log, _records, _batch, answer) in enumerate(accepted):
+    for i, (_log, _records, _batch, answer, _conditions) in enumerate(accepted):
         if i not in mismatched:
             _refuse(answer, ec.OPERATION_NOT_ATTEMPTED,
                     "another partition of this conditional request did not match its "
@@ -442,7 +462,8 @@ def _precheck_expected_offsets(accepted: list) -> list:
     return []
 
 
-def _append(log_, records, batch, answer: dict, mode: int) -> bool:
+def _append(log_, records, batch, answer: dict, mode: int,
+            conditions: KeyConditions | None = None) -> bool:
     """Append one checked batch; True when something new reached the log."""
     expected = None
     if mode == ProduceMode.EXPECTED_OFFSETS and batch.base_offset != -1:
@@ -450,10 +471,15 @@ def _append(log_, records, batch, answer: dict, mode: int) -> bool:
     try:
         if isinstance(batch, BatchUnit):
             result = log_.append_unit(batch, assign_offsets=mode != ProduceMode.USE_OFFSETS,
-                                      expected_base_offset=expected)
+                                      expected_base_offset=expected,
+                                      key_conditions=conditions)
         else:
             result = log_.append(records, assign_offsets=mode != ProduceMode.USE_OFFSETS,
-                                 expected_base_offset=expected, batch=batch)
+                                 expected_base_offset=expected, batch=batch,
+                                 key_conditions=conditions)
+    except KeyConditionError as exc:
+        _refuse_keys(answer, exc, conditions.partition_name if conditions else "")
+        return False
     except InvalidAppendOffsetError as exc:
         _refuse(answer, ec.INVALID_PRODUCE_OFFSET, str(exc))
         return False
@@ -470,6 +496,94 @@ def _append(log_, records, batch, answer: dict, mode: int) -> bool:
     answer.update(base_offset=result.base_offset, log_append_time=result.log_append_time,
                   log_start_offset=result.log_start_offset)
     return not result.duplicate
+
+
+def _key_conditions(ctx: RequestContext, info, partition: int, raw: bytes, mode: int,
+                    batch) -> KeyConditions:
+    """The KeyConditions tag of a partition (docs/protocol.md §10), checked against the
+    request: mode 0, the topic's partition count, record indexes rising within the
+    partition's records, each on a record with a key, no key conditioned twice."""
+    if mode != ProduceMode.ASSIGN:
+        raise PartitionRefused(
+            ec.INVALID_REQUEST,
+            f"per-key conditions ride on ProduceMode 0 only, not {ProduceMode(mode).name}")
+    try:
+        partition_count, entries = decode_key_conditions(raw)
+    except KeyConditionsFormatError as exc:
+        raise PartitionRefused(ec.INVALID_REQUEST, str(exc)) from None
+    pinned = _pinned_partition_count(ctx, info)
+    if partition_count != info.partitions or pinned != info.partitions:
+        raise PartitionRefused(
+            ec.PARTITION_COUNT_MISMATCH,
+            f"the key conditions were partitioned for {partition_count} partitions; topic "
+            f"{info.name} has {info.partitions}, and its key conditions are pinned to "
+            f"{pinned} (topic config {PINNED_PARTITIONS}): a key's partition may have "
+            "changed, so its last offset in this partition says nothing")
+    keys = [record.key for part in (batch.batches if isinstance(batch, BatchUnit) else [batch])
+            for record in part]
+    checks = []
+    seen: set[bytes] = set()
+    previous = -1
+    for index, expected in entries:
+        problem = None
+        if not previous < index < len(keys):
+            problem = (f"record index {index} is not after {previous} and below the "
+                       f"{len(keys)} records of the partition")
+        elif expected < -1:
+            problem = f"expected offset {expected}: -1 (absent) or an offset"
+        elif keys[index] is None:
+            problem = "a record without a key cannot be conditioned on its key"
+        elif bytes(keys[index]) in seen:
+            problem = f"key {bytes(keys[index])!r} is conditioned twice in one partition"
+        if problem is not None:
+            raise PartitionRefused(
+                ec.INVALID_RECORD, f"{info.name}-{partition}: KeyConditions: {problem}",
+                [{"batch_index": max(index, 0), "batch_index_error_message": problem}])
+        key = bytes(keys[index])
+        seen.add(key)
+        checks.append((index, key, expected))
+        previous = index
+    return KeyConditions(checks, ctx.broker.config.kip_key_index_max_keys,
+                         f"{info.name}-{partition}")
+
+
+#: The topic config that pins the partition count of a topic's key conditions.
+PINNED_PARTITIONS = "key.conditional.partitions"
+
+
+def _pinned_partition_count(ctx: RequestContext, info) -> int:
+    """The partition count the topic's key conditions are pinned to: set (and persisted) by
+    the first conditional request, so that after a partition count change every condition is
+    refused, also from clients that learnt the new count (docs/protocol.md §10)."""
+    pinned = info.config.key_conditional_partitions
+    if pinned == 0:
+        logs_of(ctx).incremental_alter_topic_config(
+            info.name, {PINNED_PARTITIONS: str(info.partitions)})
+        pinned = info.partitions
+    return pinned
+
+
+def _answer_text(offset: int) -> str:
+    if offset == UNKNOWN:
+        return "unknown (the key index forgot it)"
+    if offset == PENDING:
+        return "pending in another producer's open transaction"
+    return "absent" if offset < 0 else str(offset)
+
+
+def _refuse_keys(answer: dict, exc: KeyConditionError, where: str) -> None:
+    """The partition's answer to failed key conditions: one record error per conflict, naming
+    the key, what was expected and what is; the KeyConflicts tag with the actual offsets."""
+    record_errors = [
+        {"batch_index": index,
+         "batch_index_error_message":
+             f"{where}: key {key!r}: expected {_answer_text(expected)}, "
+             f"actual {_answer_text(actual)}"}
+        for index, key, expected, actual in exc.conflicts]
+    _refuse(answer, exc.error_code, f"{exc}; nothing of the partition was appended",
+            record_errors)
+    answer["key_conflicts"] = encode_key_conflicts(
+        [(index, actual) for index, _key, _expected, actual in exc.conflicts])
 
 
 @handles(DESCRIBE_PRODUCERS, 0, 0)

@@ -14,6 +14,7 @@ from kipproducer.protocol.error_codes import (
     INVALID_REQUEST,
     INVALID_TOPIC_EXCEPTION,
     KAFKA_STORAGE_ERROR,
+    KEY_OFFSET_MISMATCH,
     OFFSET_MISMATCH,
     OFFSET_OUT_OF_RANGE,
     TOPIC_ALREADY_EXISTS,
@@ -86,6 +87,22 @@ class OffsetMismatchError(StorageError):
         )
         self.expected_offset = expected_offset
         self.log_end_offset = log_end_offset
+
+
+class KeyConditionError(StorageError):
+    """Per-key conditions (docs/protocol.md §10) the log refused; nothing was appended.
+
+    ``error_code`` is KEY_OFFSET_MISMATCH, KEY_INDEX_INCOMPLETE or CONCURRENT_TRANSACTIONS;
+    ``conflicts`` lists (record index, key, expected, actual) for every record whose condition
+    failed (``actual``: the key's last offset, -1 absent, -2 unknown, -3 pending)."""
+
+    error_code = KEY_OFFSET_MISMATCH
+
+    def __init__(self, error_code: int, message: str,
+                 conflicts: list[tuple[int, bytes, int, int]]) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.conflicts = conflicts
 
 
 class InvalidConfigError(StorageError, ValueError):

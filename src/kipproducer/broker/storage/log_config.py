@@ -112,6 +112,7 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     follower_replication_throttled_replicas: tuple[str, ...] = ()
     index_interval_bytes: int = 4096
+    key_conditional_partitions: int = 0
     leader_replication_throttled_replicas: tuple[str, ...] = ()
     local_retention_bytes: int = -2
     local_retention_ms: int = -2

@@ -59,6 +59,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from kipproducer.crc32c import crc32c
+from kipproducer.errors import KEY_INDEX_INCOMPLETE, KEY_OFFSET_MISMATCH
+from kipproducer.protocol.error_codes import CONCURRENT_TRANSACTIONS
 from kipproducer.records import (
     LAYOUT,
     Batch,
@@ -97,12 +99,14 @@ from .durable_files import (
 from .errors import (
     CorruptLogError,
     InvalidAppendOffsetError,
+    KeyConditionError,
     LogClosedError,
     LogOfflineError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
     StorageError,
 )
+from .key_index import PENDING, UNKNOWN, KeyConditions, KeyIndex, keyed_records
 from .log_config import LONG_MAX, LogConfig
 from .segment import (
     CLEANED_SUFFIX,
@@ -142,6 +146,16 @@ def _aborted_entry(completed: CompletedTxn) -> AbortedTxn:
         completed.last_offset,
         completed.last_stable_offset,
     )
+
+
+def _index_data(index: KeyIndex, batch: Batch, base_offset: int, min_offset: int = 0) -> None:
+    """A data batch written at ``base_offset`` into the key index: committed now, or pending
+    until its transaction's marker."""
+    records = keyed_records(batch, base_offset, min_offset)
+    if batch.is_transactional:
+        index.add_pending(batch.producer_id, records)
+    else:
+        index.commit(records)
 
 
 def _index_if_aborted(segment: LogSegment, completed: CompletedTxn) -> None:
@@ -259,6 +273,9 @@ class PartitionLog:
         self._first_dirty_offset = 0
         self._last_compaction_ms: int | None = None
         self.producer_state = ProducerStateManager()
+        # key -> last offset (docs/protocol.md §10): built from the log by the first per-key
+        # conditional append after the log opened, then updated with every append and marker
+        self._key_index: KeyIndex | None = None
         try:
             self._open()
         except DurableDataCorruptError as exc:
@@ -687,6 +704,7 @@ class PartitionLog:
         expected_base_offset: int | None = None,
         check_producer_state: bool = True,
         batch: Batch | None = None,
+        key_conditions: KeyConditions | None = None,
     ) -> AppendResult:
         """Append one validated batch held in a writable buffer, patched in place.
 
@@ -703,6 +721,8 @@ class PartitionLog:
         when any check fails. ``check_producer_state=False`` skips the epoch/sequence checks
         (replication) but still records the batch in the producer state. ``batch``: the
         batch as already parsed from ``batch_buf`` (validate_batch), not parsed again.
+        ``key_conditions`` (docs/protocol.md §10) are checked last, against the key index
+        as it is before the batch: KeyConditionError when one fails.
         """
         if batch is None:
             batch = next(decode_batches(batch_buf, validate=False, strict=False), None)
@@ -727,6 +747,8 @@ class PartitionLog:
                     raise InvalidAppendOffsetError(base_offset, log_end)
             if isinstance(checked, Rejected):
                 raise ProducerStateError(checked)
+            if key_conditions is not None:
+                self._check_keys_locked(key_conditions, producer_id)
             last_offset = base_offset + batch.last_offset_delta
             log_append_time = -1
             max_timestamp = batch.max_timestamp
@@ -749,6 +771,8 @@ class PartitionLog:
                         coordinator_epoch=marker.coordinator_epoch,
                     )
                     _index_if_aborted(active, completed)
+                    if self._key_index is not None:
+                        self._key_index.end_transaction(producer_id, marker.commit)
                 elif producer_id >= 0:
                     self.producer_state.update(
                         producer_id,
@@ -761,6 +785,8 @@ class PartitionLog:
                         is_control=batch.is_control,
                         is_transactional=batch.is_transactional,
                     )
+                if self._key_index is not None and not batch.is_control:
+                    _index_data(self._key_index, batch, base_offset)
                 self._unflushed_records += max(batch.record_count, 1)
                 if self._unflushed_records >= config.flush_messages:
                     self._flush_locked()
@@ -810,6 +836,7 @@ class PartitionLog:
         assign_offsets: bool,
         leader_epoch: int = 0,
         expected_base_offset: int | None = None,
+        key_conditions: KeyConditions | None = None,
     ) -> AppendResult:
         """Append several batches of one producer as one (docs/protocol.md §9), all or nothing.
 
@@ -835,6 +862,8 @@ class PartitionLog:
                 raise InvalidAppendOffsetError(unit.base_offset, log_end)
             if isinstance(checked, Rejected):
                 raise ProducerStateError(checked)
+            if key_conditions is not None:
+                self._check_keys_locked(key_conditions, producer_id)
             with self._writing("an append"):
                 log_append_time = _now_ms() if config.log_append_time else -1
                 next_offset = log_end
@@ -876,6 +905,13 @@ class PartitionLog:
                         max_timestamp,
                         is_transactional=unit.is_transactional,
                     )
+                if self._key_index is not None:
+                    base = log_end
+                    for batch in unit.batches:
+                        if not assign_offsets:
+                            base = batch.base_offset
+                        _index_data(self._key_index, batch, base)
+                        base += batch.last_offset_delta + 1
                 self._unflushed_records += unit.record_count
                 if self._unflushed_records >= config.flush_messages:
                     self._flush_locked()
@@ -945,10 +981,77 @@ class PartitionLog:
                     coordinator_epoch=coordinator_epoch,
                 )
                 _index_if_aborted(active, completed)
+                if self._key_index is not None:
+                    self._key_index.end_transaction(producer_id, commit)
                 self._unflushed_records += 1
                 if self._unflushed_records >= config.flush_messages:
                     self._flush_locked()
             return AppendResult(offset, offset, log_append_time, self._log_start_offset, offset + 1)
+
+    # -- per-key conditions (docs/protocol.md §10) -----------------------------------------------
+
+    def key_index(self, max_keys: int) -> KeyIndex:
+        """The partition's key index, built from the log first if this log has none yet (or
+        one of another bound). Takes the append lock for the whole scan."""
+        with self._lock:
+            self._check_open()
+            return self._key_index_locked(max_keys)
+
+    def _key_index_locked(self, max_keys: int) -> KeyIndex:
+        index = self._key_index
+        if index is None or index.max_keys != max_keys:
+            index = self._key_index = self._build_key_index_locked(max_keys)
+        return index
+
+    def _build_key_index_locked(self, max_keys: int) -> KeyIndex:
+        """Replay the log from its start: committed records in order, each transaction's
+        records pending until its marker."""
+        index = KeyIndex(max_keys)
+        start = self._log_start_offset
+        for segment in self._segments:
+            if segment.next_offset <= start:
+                continue
+            try:
+                for _, batch in segment.iter_batches():
+                    if batch.last_offset < start:
+                        continue
+                    if batch.is_control:
+                        marker = read_end_txn_marker(batch)
+                        if marker is not None and batch.producer_id >= 0:
+                            index.end_transaction(batch.producer_id, marker.commit)
+                    else:
+                        _index_data(index, batch, batch.base_offset, start)
+            except SegmentCorruptionError as exc:
+                raise CorruptLogError(
+                    f"{self.directory}: segment {segment.base_offset} {exc}") from exc
+        for producer_id in index.pending_producers():
+            # The cleaner removes a marker only after every record of its transaction (an
+            # aborted one's go first), so records left without a marker and without an
+            # open transaction belong to a committed one.
+            entry = self.producer_state.entry(producer_id)
+            if entry is None or entry.current_txn_first_offset is None:
+                index.end_transaction(producer_id, commit=True)
+        return index
+
+    def _check_keys_locked(self, conditions: KeyConditions, producer_id: int) -> None:
+        index = self._key_index_locked(conditions.max_keys)
+        start = self._log_start_offset
+        conflicts = []
+        for record_index, key, expected in conditions.checks:
+            actual = index.answer(key, start, producer_id)
+            if actual != expected:
+                conflicts.append((record_index, key, expected, actual))
+        if not conflicts:
+            return
+        answers = {actual for _, _, _, actual in conflicts}
+        if answers - {UNKNOWN, PENDING}:
+            code, why = KEY_OFFSET_MISMATCH, "a key's last offset is not the one expected"
+        elif PENDING in answers:
+            code, why = CONCURRENT_TRANSACTIONS, "a key has records of an open transaction"
+        else:
+            code, why = KEY_INDEX_INCOMPLETE, (
+                f"the key index forgot a key (kip.key.index.max.keys={index.max_keys})")
+        raise KeyConditionError(code, why, conflicts)
 
     # -- read ----------------------------------------------------------------------------------
 

@@ -137,6 +137,11 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     _topic("index.interval.bytes", TYPE_INT, 4096, at_least(0),
            "Bytes of log between two offset index entries.",
            Synonym("log.index.interval.bytes")),
+    _topic("key.conditional.partitions", TYPE_INT, 0, at_least(0),
+           "kipproducer: the partition count per-key conditions (docs/protocol.md §10) were "
+           "first made with, set by the broker at the first one; a condition made with another "
+           "count, or on the topic once its count changed, gets PARTITION_COUNT_MISMATCH. 0: "
+           "not set yet (delete it to take the current count again)."),
     _topic("leader.replication.throttled.replicas", TYPE_LIST, (), _throttled_replicas,
            "Replication throttling; there is no follower on one node.", support=NO_OP),
     _topic("local.retention.bytes", TYPE_LONG, -2, at_least(-2),
