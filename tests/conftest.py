@@ -30,6 +30,7 @@ TIME_LIMITS_S = {
     "tests/cluster/": 180,
     "tests/docs/": 120,
     "tests/examples/": 180,
+    "tests/faults/": 120,
     "tests/integration/": 60,
     "tests/kip/": 120,
     "tests/mirror/": 120,

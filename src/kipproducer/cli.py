@@ -75,12 +75,16 @@ def cmd_broker(args: argparse.Namespace) -> int:
             await broker.stop()
 
     from .broker.security.errors import StoreError
+    from .broker.storage.errors import StorageError
 
     try:
         asyncio.run(serve())
     except StoreError as exc:  # a corrupt users.json / acls.json in the data dir
         print(f"kip broker: {exc}; fix or remove the file (see docs/security.md)",
               file=sys.stderr)
+        return 2
+    except StorageError as exc:  # a damaged producer-ids.json, a data dir in use
+        print(f"kip broker: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. the port is taken, the data dir is not writable
         print(f"kip broker: {exc}", file=sys.stderr)

@@ -7,10 +7,12 @@ import pytest
 from kipproducer.broker.storage import (
     InvalidAppendOffsetError,
     LogConfig,
+    LogOfflineError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
     PartitionLog,
 )
+from kipproducer.protocol.error_codes import KAFKA_STORAGE_ERROR
 from kipproducer.records import decode_batches, validate_batch
 
 
@@ -231,11 +233,19 @@ def test_a_failed_write_leaves_no_partial_batch(tmp_path, kit, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(LogOfflineError) as failed:
         log.append(kit.batch(kit.values(3)), assign_offsets=True)
     monkeypatch.setattr(os, "write", real_write)
-    assert (log.size_in_bytes, log.log_end_offset) == (size, 2)
+    assert failed.value.error_code == KAFKA_STORAGE_ERROR
     assert (tmp_path / "t-0" / ("0" * 20 + ".log")).stat().st_size == size
+    # Offline until reopened (Kafka's failed log directory): nothing is read or appended.
+    assert log.offline
+    with pytest.raises(LogOfflineError):
+        log.read(0, 1000)
+    with pytest.raises(LogOfflineError):
+        log.append(kit.batch(kit.values(1)), assign_offsets=True)
+    log.close()
+    log = PartitionLog(tmp_path / "t-0")
     log.append(kit.batch(kit.values(1)), assign_offsets=True)
     assert [r.offset for r in kit.read_all(log)] == [0, 1, 2]
     log.close()

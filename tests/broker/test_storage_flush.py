@@ -56,7 +56,8 @@ def test_default_policy_leaves_flushing_to_the_os(tmp_path, kit, fsync_calls):
     assert fsync_calls
 
 
-def test_flush_ms_and_rolled_segments_are_flushed_by_the_timer(tmp_path, kit, fsync_calls):
+def test_flush_ms_flushes_by_the_timer_and_a_roll_flushes_the_rolled_segment(
+        tmp_path, kit, fsync_calls):
     log = PartitionLog(tmp_path / "t-0", LogConfig.of(flush_ms=1000))
     log.append(kit.batch(kit.values(2)), assign_offsets=True)
     fsync_calls.clear()
@@ -68,9 +69,10 @@ def test_flush_ms_and_rolled_segments_are_flushed_by_the_timer(tmp_path, kit, fs
 
     log.update_config(LogConfig())
     log.append(kit.batch(kit.values(2)), assign_offsets=True)
-    log.roll()
-    assert log.flush_if_due(now)  # the rolled segment waits for a flush
-    assert log.recovery_point == 4
+    fsync_calls.clear()
+    log.roll()  # the rolled segment is fsynced before its successor is created
+    assert fsync_calls and log.recovery_point == 4
+    assert not log.flush_if_due(now)
     log.close()
 
 

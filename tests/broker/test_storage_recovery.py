@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 
-from kipproducer.broker.storage import LogConfig, PartitionLog
+import pytest
+
+from kipproducer.broker.storage import LogConfig, LogOfflineError, PartitionLog
 from kipproducer.records import decode_batches
 
 
@@ -160,25 +162,26 @@ def test_leftovers_of_an_interrupted_compaction_are_removed(tmp_path, kit):
     log.close()
 
 
-def test_crash_after_roll_recovers_every_segment_after_the_recovery_point(tmp_path, kit):
+def test_a_damaged_segment_with_a_successor_is_not_cut(tmp_path, kit, caplog):
+    # A segment is fsynced before the next one is created, so an OS crash cannot tear a
+    # segment that has a successor: a bad tail there is damage to durable data. Cutting it
+    # would leave a hole in the offsets; the partition goes offline instead, files kept.
     directory = tmp_path / "t-0"
     config = LogConfig.of(segment_bytes=1000)
     log = PartitionLog(directory, config)
-    expected = fill(log, kit, batches=30)
+    fill(log, kit, batches=30)
     bases = log.segment_base_offsets
     log.close_handles()
-    # Damage the tail of a segment that was rolled but never flushed.
     path = segment_path(directory, bases[1])
     size = path.stat().st_size
     os.truncate(path, size - 10)
-    log = PartitionLog(directory, config)
-    # The later segments are kept: the lost batch leaves a gap, offsets never move.
-    assert log.segment_base_offsets == bases
-    got = as_pairs(kit.read_all(log))
-    lost = {o for o, _ in expected} - {o for o, _ in got}
-    assert lost and all(bases[1] <= o < bases[2] for o in lost)
-    assert got == [p for p in expected if p[0] not in lost]
-    assert log.log_end_offset == expected[-1][0] + 1
+    with caplog.at_level(logging.ERROR, logger="kipproducer.broker.storage"):
+        log = PartitionLog(directory, config)
+    assert log.offline
+    assert f"segment {bases[1]} is damaged" in caplog.text and "not truncated" in caplog.text
+    assert path.stat().st_size == size - 10
+    with pytest.raises(LogOfflineError):
+        log.read(0, 1000)
     log.close()
 
 

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,8 +94,10 @@ class KipBroker:
         stderr_path: Path,
         *,
         allow_tracebacks: bool = False,
+        wrapper: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
+        self.wrapper = list(wrapper)  # a command the broker runs under (fiu-run -x)
         self.config = {k: str(v) for k, v in config.items()}
         self.stderr_path = stderr_path
         self.allow_tracebacks = allow_tracebacks
@@ -112,6 +114,7 @@ class KipBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         args = [
+            *self.wrapper,
             sys.executable,
             "-m",
             "kipproducer",
@@ -255,6 +258,7 @@ class BrokerFactory:
         *,
         data_dir: Path | None = None,
         allow_tracebacks: bool = False,
+        wrapper: Sequence[str] = (),
     ) -> KipBroker:
         n = len(self.brokers)
         broker = KipBroker(
@@ -262,6 +266,7 @@ class BrokerFactory:
             dict(config or {}),
             self.base / f"broker{n}.stderr.log",
             allow_tracebacks=allow_tracebacks,
+            wrapper=wrapper,
         )
         self.brokers.append(broker)
         return broker.start()

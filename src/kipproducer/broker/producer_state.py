@@ -35,6 +35,7 @@ Not thread-safe by itself: the partition log calls it under its own lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -51,7 +52,10 @@ from kipproducer.protocol.error_codes import (
 )
 from kipproducer.records import MAX_SEQUENCE, Batch, next_sequence
 
-from .storage.durable_files import read_json, write_json_atomically
+from .storage.durable_files import read_checked_json, write_checked_json_atomically
+from .storage.errors import DamagedFileError
+
+log = logging.getLogger("kipproducer.broker.storage")
 
 NUM_BATCHES_TO_RETAIN: Final = 5
 NO_PRODUCER_ID: Final = -1
@@ -545,16 +549,18 @@ class ProducerStateManager:
         return offset
 
     def write_snapshot(self, path: Path, offset: int) -> None:
-        write_json_atomically(path, self.to_document(offset))
+        write_checked_json_atomically(path, self.to_document(offset))
 
     def load_snapshot(self, path: Path) -> int | None:
         """Load the snapshot at ``path``; its offset, or None if there is none (or it is bad)."""
         try:
-            document = read_json(path)
+            document = read_checked_json(path)
             if document is None:
                 return None
             return self.load_document(document)
-        except ValueError:  # includes json.JSONDecodeError
+        except ValueError as exc:  # includes json.JSONDecodeError
+            log.warning("%s: unusable producer state snapshot (%s); replaying the log instead",
+                        path, exc)
             self.clear()
             return None
 
@@ -576,13 +582,21 @@ class ProducerIdAllocator:
         self.path = Path(path)
         self.block_size = block_size
         self._lock = threading.Lock()
-        document = read_json(self.path)
+        try:
+            document = read_checked_json(self.path)
+        except ValueError as exc:
+            raise DamagedFileError(
+                f"{exc}; producer ids cannot be handed out safely (one could repeat): restore "
+                'the file, or replace it with {"version": 1, "next_block_start": N}, N above '
+                "every producer id in use"
+            ) from None
         if document is None:
             start = 0
         elif isinstance(document, dict) and document.get("version") == self.VERSION:
             start = int(document["next_block_start"])
         else:
-            raise ValueError(f"{self.path} is not a producer id block file of a known version")
+            raise DamagedFileError(
+                f"{self.path} is not a producer id block file of a known version")
         self._next_id = start
         self._block_end = start  # nothing reserved yet in this process
 
@@ -596,7 +610,7 @@ class ProducerIdAllocator:
         with self._lock:
             if self._next_id >= self._block_end:
                 block_end = self._next_id + self.block_size
-                write_json_atomically(
+                write_checked_json_atomically(
                     self.path, {"version": self.VERSION, "next_block_start": block_end}
                 )
                 self._block_end = block_end

@@ -479,8 +479,8 @@ class GroupCoordinator:
         if accepted:
             try:
                 stored = self._store.append_offsets(group.group_id, accepted)
-            except OSError:
-                logger.exception("group %s: could not store committed offsets", group.group_id)
+            except OSError as exc:  # a full or failing disk: one line, no traceback
+                logger.error("group %s: could not store committed offsets: %s", group.group_id, exc)
                 results.update(all_failed(accepted, errors.NOT_COORDINATOR))
                 return results
             group.offsets.update(stored)
@@ -549,8 +549,8 @@ class GroupCoordinator:
                 stored = self._store.append_txn_offsets(
                     group_id, producer_id, producer_epoch, accepted
                 )
-            except OSError:
-                logger.exception("group %s: could not store transactional offsets", group_id)
+            except OSError as exc:  # a full or failing disk: one line, no traceback
+                logger.error("group %s: could not store transactional offsets: %s", group_id, exc)
                 results.update(all_failed(accepted, errors.NOT_COORDINATOR))
                 return results
             add_pending(group.pending_txn_offsets, producer_id, producer_epoch, stored)
@@ -732,8 +732,8 @@ class GroupCoordinator:
         if present:
             try:
                 self._store.append_offsets_deleted(group.group_id, present)
-            except OSError:
-                logger.exception("group %s: could not delete offsets", group.group_id)
+            except OSError as exc:  # a full or failing disk: one line, no traceback
+                logger.error("group %s: could not delete offsets: %s", group.group_id, exc)
                 return errors.NOT_COORDINATOR, {}
             for tp in present:
                 del group.offsets[tp]
@@ -764,8 +764,8 @@ class GroupCoordinator:
             if expired:
                 try:
                     self._store.append_offsets_deleted(group.group_id, expired)
-                except OSError:
-                    logger.exception("group %s: could not expire offsets", group.group_id)
+                except OSError as exc:  # a full or failing disk: one line, no traceback
+                    logger.error("group %s: could not expire offsets: %s", group.group_id, exc)
                     continue
                 for tp in expired:
                     del group.offsets[tp]
@@ -798,8 +798,8 @@ class GroupCoordinator:
         if self._store.knows_group(group.group_id):
             try:
                 self._store.append_group_deleted(group.group_id)
-            except OSError:
-                logger.exception("group %s: could not write its tombstone", group.group_id)
+            except OSError as exc:  # a full or failing disk: one line, no traceback
+                logger.error("group %s: could not write its tombstone: %s", group.group_id, exc)
                 return errors.NOT_COORDINATOR
         self._engine.cancel_group_timers(group)
         group.transition_to(GroupState.DEAD, self.clock_ms())

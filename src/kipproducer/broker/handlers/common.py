@@ -15,13 +15,17 @@ LEADER_EPOCH = 0
 def partition_log(logs, info, topic: str, index: int, allowed: bool = True):
     """``(log, NONE)`` for a partition a request may use, else ``(None, code)``: the error a
     per-partition answer carries (TOPIC_AUTHORIZATION_FAILED first, so a client without the
-    ACL cannot learn which topics exist; then UNKNOWN_TOPIC_OR_PARTITION). ``info`` is the
+    ACL cannot learn which topics exist; then UNKNOWN_TOPIC_OR_PARTITION; then
+    KAFKA_STORAGE_ERROR for a log an I/O error or damage took offline). ``info`` is the
     topic's TopicInfo or None."""
     if not allowed:
         return None, ec.TOPIC_AUTHORIZATION_FAILED
     if info is None or not 0 <= index < info.partitions:
         return None, ec.UNKNOWN_TOPIC_OR_PARTITION
-    return logs.get_log(topic, index), ec.NONE
+    log = logs.get_log(topic, index)
+    if log.offline:
+        return None, ec.KAFKA_STORAGE_ERROR
+    return log, ec.NONE
 
 
 def logs_of(ctx):

@@ -16,6 +16,7 @@ finds nothing (Kafka's rule: the result is filtered, not searched for below the 
 
 from __future__ import annotations
 
+import logging
 import time
 
 from kipproducer.protocol import build_response
@@ -24,11 +25,13 @@ from kipproducer.protocol import error_codes as ec
 from ...protocol.api_keys import FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH
 from ..api import RequestContext, handles
 from ..security.checks import may_describe_topic, may_read_topic
-from ..storage.errors import OffsetOutOfRangeError, UnknownTopicError
+from ..storage.errors import OffsetOutOfRangeError, StorageError, UnknownTopicError
 from .common import FETCH_SESSION_ID_NOT_FOUND, LEADER_EPOCH, logs_of, partition_log
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED = -1, -2, -3, -4, -5
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+logger = logging.getLogger("kipproducer.broker")
 
 
 def _topic_of(logs, version: int, topic):
@@ -101,6 +104,15 @@ def _read_all(ctx: RequestContext, body) -> tuple[list, int, bool]:
                 )
                 if v >= 5:
                     answer["log_start_offset"] = log.log_start_offset
+                failed = True
+                partitions.append(answer)
+                continue
+            except StorageError as exc:
+                # Damaged data (a batch failing its CRC) or a log an I/O error took offline:
+                # no records, never a partial or bad batch served as good.
+                logger.warning("fetch from %s-%d at %d refused: %s", name, p.partition,
+                             p.fetch_offset, exc)
+                answer["error_code"] = ec.KAFKA_STORAGE_ERROR
                 failed = True
                 partitions.append(answer)
                 continue

@@ -11,7 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kipproducer.crc32c import crc32c
+
 TEMP_SUFFIX = ".tmp"
+CHECKSUM_KEY = "crc32c"
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -42,6 +45,33 @@ def write_atomically(path: str | os.PathLike[str], data: bytes) -> None:
 
 def write_json_atomically(path: str | os.PathLike[str], document: Any) -> None:
     write_atomically(path, json.dumps(document, indent=1, sort_keys=True).encode() + b"\n")
+
+
+def _canonical(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def write_checked_json_atomically(path: str | os.PathLike[str], document: dict[str, Any]) -> None:
+    """Like ``write_json_atomically``, with a CRC-32C of the content in the document, so a bit
+    flipped on the disk is found by ``read_checked_json`` instead of trusted."""
+    checked = {key: value for key, value in document.items() if key != CHECKSUM_KEY}
+    checked[CHECKSUM_KEY] = crc32c(_canonical(checked))
+    write_json_atomically(path, checked)
+
+
+def read_checked_json(path: str | os.PathLike[str]) -> Any | None:
+    """The document ``write_checked_json_atomically`` wrote, or None when the file does not
+    exist; ValueError when it is not JSON or its checksum does not match (a document without
+    one, written before checksums, is returned as it is)."""
+    try:
+        document = read_json(path)
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON, the file is damaged ({exc})") from None
+    if isinstance(document, dict) and CHECKSUM_KEY in document:
+        stored = document.pop(CHECKSUM_KEY)
+        if stored != crc32c(_canonical(document)):
+            raise ValueError(f"{path}: checksum mismatch, the file is damaged")
+    return document
 
 
 def read_json(path: str | os.PathLike[str]) -> Any | None:

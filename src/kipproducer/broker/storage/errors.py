@@ -32,8 +32,19 @@ class CorruptLogError(StorageError):
     """Data the log trusted (below its recovery point) is unreadable; needs an operator."""
 
 
+class DamagedFileError(StorageError, ValueError):
+    """A file of the data dir that cannot be rebuilt from the logs is damaged: the broker
+    refuses to start, with this one message, rather than guess."""
+
+
 class LogClosedError(StorageError):
     """The partition log was closed (or deleted) while a caller still used it."""
+
+
+class LogOfflineError(LogClosedError):
+    """The partition log hit an I/O error (a full disk, EIO, a failed fsync) and went offline:
+    every request on it answers KAFKA_STORAGE_ERROR until the broker restarts on a healthy
+    disk, as Kafka does with a failed log directory."""
 
 
 class OffsetOutOfRangeError(StorageError):

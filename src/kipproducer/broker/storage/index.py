@@ -125,6 +125,13 @@ class OffsetIndex(_SparseIndex):
         i = bisect_right(self._keys, offset - self.base_offset) - 1
         return self._values[i] if i >= 0 else 0
 
+    def lookup_entry(self, offset: int) -> tuple[int, int]:
+        """(absolute base offset, position) of the last entry at or before ``offset``, or
+        (-1, 0) when there is none: where a read starts, and the offset of the batch that
+        must be there."""
+        i = bisect_right(self._keys, offset - self.base_offset) - 1
+        return (self._keys[i] + self.base_offset, self._values[i]) if i >= 0 else (-1, 0)
+
     def last_entry(self) -> tuple[int, int] | None:
         """(absolute base offset, position) of the last entry."""
         if not self._keys:

@@ -24,10 +24,13 @@ a gap as "the next batch after it".
 
 Durability follows Kafka: appends go to the page cache, and are fsynced every
 ``flush.messages`` records (1 = before each append returns), when ``flush.ms`` has passed
-(``flush_if_due``, from the broker's timer), when a segment is rolled (at the next flush) and on
-close. The recovery point is the offset below which everything is known to be fsynced; on open
-every batch at or above it is validated (CRC-32C and records) and the log is cut at the first
-torn or corrupt batch. Index files are rebuilt whenever they do not check out.
+(``flush_if_due``, from the broker's timer), when a segment is rolled (before its successor is
+created, so a segment with a successor is whole after an OS crash) and on close. The recovery
+point is the offset below which everything is known to be fsynced; on open every batch at or
+above it is validated (CRC-32C and records) and the log is cut at the first torn or corrupt
+batch, unless the bad batch is known to have been fsynced (then the partition goes offline
+uncut, see ``LogSegment.recover``). An I/O error in an append or flush takes the partition
+offline (``_writing``). Index files are rebuilt whenever they do not check out.
 
 Thread safety: every public method may be called from any thread. One lock serializes
 appends, reads and the segment list (a read holds it only for its pread, about 40 us per MiB);
@@ -41,6 +44,7 @@ so they are durable before the recovery point passes their markers.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import random
@@ -49,6 +53,8 @@ import struct
 import threading
 import time
 from bisect import bisect_right
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -84,14 +90,21 @@ from .compaction import (
     scan_for_cleaning,
     write_cleaned,
 )
-from .durable_files import TEMP_SUFFIX, fsync_dir, read_json, write_json_atomically
+from .durable_files import (
+    TEMP_SUFFIX,
+    fsync_dir,
+    read_checked_json,
+    write_checked_json_atomically,
+)
 from .errors import (
     CorruptLogError,
     InvalidAppendOffsetError,
     KeyConditionError,
     LogClosedError,
+    LogOfflineError,
     OffsetMismatchError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from .key_index import PENDING, UNKNOWN, KeyConditions, KeyIndex, keyed_records
 from .log_config import LONG_MAX, LogConfig
@@ -101,8 +114,10 @@ from .segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    DurableDataCorruptError,
     LogSegment,
     SegmentCorruptionError,
+    StaleIndexError,
     parse_segment_name,
 )
 from .txn_index import AbortedTxn
@@ -247,6 +262,7 @@ class PartitionLog:
         self._unflushed_records = 0
         self._last_flush_ms = _now_ms()
         self._closed = False
+        self._offline_reason: str | None = None  # set by an I/O error: see _writing
         # segment.jitter.ms: the active segment rolls this much before segment.ms (drawn anew
         # for each segment, as Kafka does, so that partitions created together do not all roll
         # at once).
@@ -262,6 +278,17 @@ class PartitionLog:
         self._key_index: KeyIndex | None = None
         try:
             self._open()
+        except DurableDataCorruptError as exc:
+            # Not truncated, not refused: this partition answers KAFKA_STORAGE_ERROR, the
+            # others are served, and the files stay as they are for an operator.
+            self._offline_reason = (
+                f"partition log {self.directory} is offline: segment {exc.base_offset} is "
+                f"damaged {exc}; it was not truncated, to keep the fsynced records after the "
+                "damage; restore the segment from a replica or backup, or remove the damaged "
+                "part by hand (everything from that byte on), then restart"
+            )
+            log.error("%s", self._offline_reason)
+            self.close_handles()
         except BaseException:
             # Opening can fail half-way (EMFILE, ENOSPC): release every file opened so far.
             self.close_handles()
@@ -405,7 +432,7 @@ class PartitionLog:
     def _read_state(self) -> dict[str, int]:
         path = self.directory / STATE_FILE
         try:
-            document = read_json(path)
+            document = read_checked_json(path)
         except ValueError:
             log.warning("%s: unreadable %s, recovering every segment", self.directory, STATE_FILE)
             return {}
@@ -421,7 +448,7 @@ class PartitionLog:
         }
 
     def _write_state(self) -> None:
-        write_json_atomically(
+        write_checked_json_atomically(
             self.directory / STATE_FILE,
             {
                 "version": STATE_VERSION,
@@ -480,7 +507,14 @@ class PartitionLog:
             stale_txn_indexes.append(segment)
             is_last = i == len(segments) - 1
             before = segment.next_offset if loaded else None
-            outcome = segment.recover(validate_from_offset=recovery_point, min_offset=min_offset)
+            try:
+                outcome = segment.recover(
+                    validate_from_offset=recovery_point, min_offset=min_offset,
+                    every_append_fsynced=self._config.flush_messages == 1,
+                    followed_by_segment=not is_last)
+            except DurableDataCorruptError as exc:
+                exc.base_offset = segment.base_offset
+                raise
             if outcome.truncated_bytes:
                 level = logging.WARNING if is_last else logging.ERROR
                 log.log(
@@ -559,6 +593,12 @@ class PartitionLog:
     def _roll_locked(self, base_offset: int) -> LogSegment:
         active = self._segments[-1]
         active.finish()
+        if active.flushed_size < active.size:
+            # Durable before the next segment's name is: after an OS crash a segment that has
+            # a successor is whole, so recovery never leaves a hole in the offsets behind a
+            # lost tail (and damage to it is damage, not a torn write).
+            active.fsync()
+            self._recovery_point = max(self._recovery_point, active.next_offset)
         segment = self._create_segment(base_offset)
         self._segments.append(segment)
         log.debug("%s: rolled segment %d", self.directory, base_offset)
@@ -602,8 +642,56 @@ class PartitionLog:
         return max(bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1, 0)
 
     def _check_open(self) -> None:
+        if self._offline_reason is not None:
+            raise LogOfflineError(self._offline_reason)
         if self._closed:
             raise LogClosedError(f"partition log {self.directory} is closed")
+
+    @property
+    def offline(self) -> bool:
+        """Whether an I/O error took the log offline (see ``_writing``)."""
+        return self._offline_reason is not None
+
+    @contextmanager
+    def _writing(self, what: str, *, cut: bool = True) -> Iterator[None]:
+        """An append or flush under the lock: an OSError (ENOSPC, EIO, a failed fsync) takes
+        the log offline instead of leaving memory and files apart.
+
+        With ``cut``, the files are first cut back to where they ended before the append:
+        nothing of a failed append stays (a partial write, a batch whose fsync failed and so is
+        not durable, a segment rolled for it, whose empty file would carry its base offset), so
+        what a restart recovers ends with the last append that succeeded. Then the files are
+        closed without a flush and every later call raises LogOfflineError
+        (KAFKA_STORAGE_ERROR) until the broker restarts, as Kafka takes a failed log directory
+        offline: after a failed fsync the page cache cannot be trusted to say what is on the
+        disk.
+        """
+        count = len(self._segments)
+        active = self._segments[-1]
+        size = active.size
+        log_end = active.next_offset
+        try:
+            yield
+        except OSError as exc:
+            reason = (
+                f"partition log {self.directory} is offline after an I/O error in {what} "
+                f"({exc}); restart the broker once the disk is healthy"
+            )
+            if cut:
+                for segment in self._segments[count:]:
+                    segment.remove_unsafely()
+                del self._segments[count:]
+                active.cut_back(size)
+            self._offline_reason = reason
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+            if cut:
+                log.error("%s; the failed append was cut, the log ends at offset %d", reason,
+                          log_end)
+            else:
+                log.error("%s", reason)
+            raise LogOfflineError(reason) from exc
 
     # -- append --------------------------------------------------------------------------------
 
@@ -666,50 +754,61 @@ class PartitionLog:
             max_timestamp = batch.max_timestamp
             if config.log_append_time:
                 log_append_time = max_timestamp = _now_ms()
-            active = self._segments[-1]
-            if self._should_roll(active, len(batch_buf), max_timestamp, last_offset):
-                active = self._roll_locked(base_offset)
-            if base_offset != batch.base_offset:
-                set_base_offset(batch_buf, base_offset)
-            set_partition_leader_epoch(batch_buf, leader_epoch)
-            if log_append_time >= 0:
-                stamp_log_append_time(batch_buf, log_append_time)
-            marker = read_end_txn_marker(batch) if batch.is_control else None
-            active.append(batch_buf, base_offset, last_offset, max_timestamp)
-            if producer_id >= 0 and marker is not None:
-                # A marker that arrives as a batch (replication) closes the transaction as
-                # append_marker does.
-                completed = self.producer_state.complete_txn(
-                    producer_id,
-                    batch.producer_epoch,
-                    base_offset,
-                    max_timestamp,
-                    commit=marker.commit,
-                    coordinator_epoch=marker.coordinator_epoch,
-                )
-                _index_if_aborted(active, completed)
-                if self._key_index is not None:
-                    self._key_index.end_transaction(producer_id, marker.commit)
-            elif producer_id >= 0:
-                self.producer_state.update(
-                    producer_id,
-                    batch.producer_epoch,
-                    batch.base_sequence,
-                    batch.last_offset_delta,
-                    base_offset,
-                    last_offset,
-                    max_timestamp,
-                    is_control=batch.is_control,
-                    is_transactional=batch.is_transactional,
-                )
-            if self._key_index is not None and not batch.is_control:
-                _index_data(self._key_index, batch, base_offset)
-            self._unflushed_records += max(batch.record_count, 1)
-            if self._unflushed_records >= config.flush_messages:
-                self._flush_locked()
+            with self._writing("an append"):
+                marker = read_end_txn_marker(batch) if batch.is_control else None
+                active = self._place_and_write(batch_buf, batch.base_offset, base_offset,
+                                               last_offset, max_timestamp, leader_epoch,
+                                               log_append_time)
+                if producer_id >= 0 and marker is not None:
+                    # A marker that arrives as a batch (replication) closes the transaction as
+                    # append_marker does.
+                    completed = self.producer_state.complete_txn(
+                        producer_id,
+                        batch.producer_epoch,
+                        base_offset,
+                        max_timestamp,
+                        commit=marker.commit,
+                        coordinator_epoch=marker.coordinator_epoch,
+                    )
+                    _index_if_aborted(active, completed)
+                    if self._key_index is not None:
+                        self._key_index.end_transaction(producer_id, marker.commit)
+                elif producer_id >= 0:
+                    self.producer_state.update(
+                        producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence,
+                        batch.last_offset_delta,
+                        base_offset,
+                        last_offset,
+                        max_timestamp,
+                        is_control=batch.is_control,
+                        is_transactional=batch.is_transactional,
+                    )
+                if self._key_index is not None and not batch.is_control:
+                    _index_data(self._key_index, batch, base_offset)
+                self._unflushed_records += max(batch.record_count, 1)
+                if self._unflushed_records >= config.flush_messages:
+                    self._flush_locked()
             return AppendResult(
                 base_offset, last_offset, log_append_time, self._log_start_offset, last_offset + 1
             )
+
+    def _place_and_write(self, buf: bytearray | memoryview, own_base_offset: int,
+                         base_offset: int, last_offset: int, max_timestamp: int,
+                         leader_epoch: int, log_append_time: int) -> LogSegment:
+        """Roll if the batch does not fit, patch its offsets, leader epoch and (LogAppendTime)
+        timestamp in place, write it; the segment it went to."""
+        active = self._segments[-1]
+        if self._should_roll(active, len(buf), max_timestamp, last_offset):
+            active = self._roll_locked(base_offset)
+        if base_offset != own_base_offset:
+            set_base_offset(buf, base_offset)
+        set_partition_leader_epoch(buf, leader_epoch)
+        if log_append_time >= 0:
+            stamp_log_append_time(buf, log_append_time)
+        active.append(buf, base_offset, last_offset, max_timestamp)
+        return active
 
     def _duplicate_or_expected(self, checked, expected_base_offset: int | None
                                ) -> AppendResult | None:
@@ -765,63 +864,57 @@ class PartitionLog:
                 raise ProducerStateError(checked)
             if key_conditions is not None:
                 self._check_keys_locked(key_conditions, producer_id)
-            log_append_time = _now_ms() if config.log_append_time else -1
-            next_offset = log_end
-            first_offset = -1
-            max_timestamp = -1
-            if unit.whole is not None and log_append_time < 0:
-                # The batches lie back to back in the request: placed in place and written
-                # with one write (and one index step), unless the segment must roll inside.
-                last = unit.batches[-1]
-                last_offset = (log_end + unit.record_count - 1 if assign_offsets
-                               else last.base_offset + last.last_offset_delta)
-                active = self._segments[-1]
-                if not self._should_roll(active, len(unit.whole), unit.max_timestamp,
-                                         last_offset):
-                    first_offset, last_offset, max_timestamp = place_unit(
-                        unit.whole, unit.batches, log_end if assign_offsets else -1,
-                        leader_epoch)
-                    active.append(unit.whole, first_offset, last_offset, max_timestamp)
+            with self._writing("an append"):
+                log_append_time = _now_ms() if config.log_append_time else -1
+                next_offset = log_end
+                first_offset = -1
+                max_timestamp = -1
+                if unit.whole is not None and log_append_time < 0:
+                    # The batches lie back to back in the request: placed in place and written
+                    # with one write (and one index step), unless the segment must roll inside.
+                    last = unit.batches[-1]
+                    last_offset = (log_end + unit.record_count - 1 if assign_offsets
+                                   else last.base_offset + last.last_offset_delta)
+                    active = self._segments[-1]
+                    if not self._should_roll(active, len(unit.whole), unit.max_timestamp,
+                                             last_offset):
+                        first_offset, last_offset, max_timestamp = place_unit(
+                            unit.whole, unit.batches, log_end if assign_offsets else -1,
+                            leader_epoch)
+                        active.append(unit.whole, first_offset, last_offset, max_timestamp)
+                        next_offset = last_offset + 1
+                for buf, batch in (unit.parts if first_offset < 0 else ()):
+                    base_offset = next_offset if assign_offsets else batch.base_offset
+                    last_offset = base_offset + batch.last_offset_delta
+                    timestamp = log_append_time if log_append_time >= 0 else batch.max_timestamp
+                    self._place_and_write(buf, batch.base_offset, base_offset, last_offset,
+                                          timestamp, leader_epoch, log_append_time)
+                    if first_offset < 0:
+                        first_offset = base_offset
+                    max_timestamp = max(max_timestamp, timestamp)
                     next_offset = last_offset + 1
-            for buf, batch in (unit.parts if first_offset < 0 else ()):
-                base_offset = next_offset if assign_offsets else batch.base_offset
-                last_offset = base_offset + batch.last_offset_delta
-                timestamp = log_append_time if log_append_time >= 0 else batch.max_timestamp
-                active = self._segments[-1]
-                if self._should_roll(active, len(buf), timestamp, last_offset):
-                    active = self._roll_locked(base_offset)
-                if base_offset != batch.base_offset:
-                    set_base_offset(buf, base_offset)
-                set_partition_leader_epoch(buf, leader_epoch)
-                if log_append_time >= 0:
-                    stamp_log_append_time(buf, log_append_time)
-                active.append(buf, base_offset, last_offset, timestamp)
-                if first_offset < 0:
-                    first_offset = base_offset
-                max_timestamp = max(max_timestamp, timestamp)
-                next_offset = last_offset + 1
-            last_offset = next_offset - 1
-            if producer_id >= 0:
-                self.producer_state.update(
-                    producer_id,
-                    unit.producer_epoch,
-                    unit.base_sequence,
-                    unit.last_offset_delta,  # the unit's sequence span: records - 1
-                    first_offset,
-                    last_offset,
-                    max_timestamp,
-                    is_transactional=unit.is_transactional,
-                )
-            if self._key_index is not None:
-                base = log_end
-                for batch in unit.batches:
-                    if not assign_offsets:
-                        base = batch.base_offset
-                    _index_data(self._key_index, batch, base)
-                    base += batch.last_offset_delta + 1
-            self._unflushed_records += unit.record_count
-            if self._unflushed_records >= config.flush_messages:
-                self._flush_locked()
+                last_offset = next_offset - 1
+                if producer_id >= 0:
+                    self.producer_state.update(
+                        producer_id,
+                        unit.producer_epoch,
+                        unit.base_sequence,
+                        unit.last_offset_delta,  # the unit's sequence span: records - 1
+                        first_offset,
+                        last_offset,
+                        max_timestamp,
+                        is_transactional=unit.is_transactional,
+                    )
+                if self._key_index is not None:
+                    base = log_end
+                    for batch in unit.batches:
+                        if not assign_offsets:
+                            base = batch.base_offset
+                        _index_data(self._key_index, batch, base)
+                        base += batch.last_offset_delta + 1
+                self._unflushed_records += unit.record_count
+                if self._unflushed_records >= config.flush_messages:
+                    self._flush_locked()
             return AppendResult(
                 first_offset, last_offset, log_append_time, self._log_start_offset, next_offset
             )
@@ -874,24 +967,25 @@ class PartitionLog:
                 log_append_time = timestamp
                 stamp_log_append_time(buf, timestamp)
             set_partition_leader_epoch(buf, leader_epoch)
-            active = self._segments[-1]
-            if self._should_roll(active, len(buf), timestamp, offset):
-                active = self._roll_locked(offset)
-            active.append(buf, offset, offset, timestamp)
-            completed = self.producer_state.complete_txn(
-                producer_id,
-                producer_epoch,
-                offset,
-                timestamp,
-                commit=commit,
-                coordinator_epoch=coordinator_epoch,
-            )
-            _index_if_aborted(active, completed)
-            if self._key_index is not None:
-                self._key_index.end_transaction(producer_id, commit)
-            self._unflushed_records += 1
-            if self._unflushed_records >= config.flush_messages:
-                self._flush_locked()
+            with self._writing("an append"):
+                active = self._segments[-1]
+                if self._should_roll(active, len(buf), timestamp, offset):
+                    active = self._roll_locked(offset)
+                active.append(buf, offset, offset, timestamp)
+                completed = self.producer_state.complete_txn(
+                    producer_id,
+                    producer_epoch,
+                    offset,
+                    timestamp,
+                    commit=commit,
+                    coordinator_epoch=coordinator_epoch,
+                )
+                _index_if_aborted(active, completed)
+                if self._key_index is not None:
+                    self._key_index.end_transaction(producer_id, commit)
+                self._unflushed_records += 1
+                if self._unflushed_records >= config.flush_messages:
+                    self._flush_locked()
             return AppendResult(offset, offset, log_append_time, self._log_start_offset, offset + 1)
 
     # -- per-key conditions (docs/protocol.md §10) -----------------------------------------------
@@ -1000,10 +1094,15 @@ class PartitionLog:
                     if segment.base_offset >= limit:
                         break
                     try:
-                        found = segment.read(start_offset, max_bytes, limit, min_one=min_one_batch)
+                        found = self._read_segment(segment, start_offset, max_bytes, limit,
+                                                   min_one_batch)
                     except SegmentCorruptionError as exc:
                         raise CorruptLogError(
                             f"{self.directory}: segment {segment.base_offset} {exc}"
+                        ) from exc
+                    except OSError as exc:  # EIO: this read fails (56), nothing partial
+                        raise StorageError(
+                            f"{self.directory}: reading segment {segment.base_offset}: {exc}"
                         ) from exc
                     if found is not None:
                         break
@@ -1033,6 +1132,40 @@ class PartitionLog:
                 aborted,
             )
 
+    def _read_segment(self, segment: LogSegment, start_offset: int, max_bytes: int,
+                      limit: int, min_one: bool):
+        try:
+            return segment.read(start_offset, max_bytes, limit, min_one=min_one)
+        except StaleIndexError as exc:
+            self._rebuild_indexes(segment, exc)
+            return segment.read(start_offset, max_bytes, limit, min_one=min_one)
+
+    def _batches_from(self, segment: LogSegment, offset: int) -> Iterator[tuple[int, Batch]]:
+        """The segment's batches from the index entry at or before ``offset`` on (headers
+        checked only), after making sure the entry points at the batch it names."""
+        indexed, position = segment.offset_index.lookup_entry(offset)
+        batches = segment.iter_batches(position, window=64 * 1024)
+        if indexed < 0:
+            return batches
+        try:
+            first = next(batches, None)
+        except SegmentCorruptionError:  # the entry points into the middle of a batch
+            first = None
+        if first is None or first[1].base_offset != indexed:
+            self._rebuild_indexes(segment, StaleIndexError(
+                position, f"the offset index says offset {indexed} starts here, the log does "
+                "not"))
+            return segment.iter_batches(segment.offset_index.lookup(offset), window=64 * 1024)
+        return itertools.chain([first], batches)
+
+    def _rebuild_indexes(self, segment: LogSegment, why: StaleIndexError) -> None:
+        """A damaged index that passed the checks on open: rebuilt from the log."""
+        log.warning("%s: rebuilding the indexes of segment %d: %s", self.directory,
+                    segment.base_offset, why)
+        index = self._segments.index(segment)
+        previous = self._segments[index - 1].next_offset if index else 0
+        segment.rebuild_indexes(previous)
+
     # -- ListOffsets -----------------------------------------------------------------------------
 
     def offset_for_timestamp(
@@ -1057,8 +1190,7 @@ class PartitionLog:
                 before = segment.time_index.lookup_before(timestamp)
                 if before is not None:
                     start = max(start, before + 1)
-                position = segment.offset_index.lookup(start)
-                for _, batch in segment.iter_batches(position, window=64 * 1024):
+                for _, batch in self._batches_from(segment, start):
                     if batch.last_offset < start or batch.max_timestamp < timestamp:
                         continue
                     for record in batch:
@@ -1087,8 +1219,7 @@ class PartitionLog:
             if best is None:
                 return None
             target = best.max_timestamp_offset
-            position = best.offset_index.lookup(target)
-            for _, batch in best.iter_batches(position, window=64 * 1024):
+            for _, batch in self._batches_from(best, target):
                 if batch.last_offset < target:
                     continue
                 for record in batch:
@@ -1371,6 +1502,9 @@ class PartitionLog:
                 os.fsync(fd)
             for txn_index, written in txn_indexes:
                 txn_index.fsync(written)
+        except OSError:
+            with self._lock, self._writing("a flush", cut=False):
+                raise
         finally:
             for _, _, fd in pending:
                 os.close(fd)
@@ -1379,6 +1513,10 @@ class PartitionLog:
                 segment.flushed_size = max(segment.flushed_size, size)
             self._recovery_point = max(self._recovery_point, flushed_to)
             self._last_flush_ms = _now_ms()
+            if pending and not self._closed:
+                # The recovery point on disk tells a restart which damage is a torn write (cut)
+                # and which is damage to durable data (kept): keep it close to the truth.
+                self._write_state()
 
     def has_unflushed_data(self) -> bool:
         with self._lock:

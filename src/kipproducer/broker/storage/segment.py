@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from kipproducer.crc32c import crc32c
 from kipproducer.records import (
     BATCH_HEADER_SIZE,
     LAYOUT,
@@ -52,6 +53,7 @@ _SCAN_WINDOW = 4 * 1024 * 1024
 # skipped window by window instead.
 _MAX_SKIP = 1024 * 1024
 _BATCH_LENGTH_POS = LAYOUT["batch_length"]
+_CRC_FROM = LAYOUT["attributes"]  # a batch's CRC-32C covers its bytes from here on
 
 
 def segment_name(base_offset: int) -> str:
@@ -73,6 +75,17 @@ class SegmentCorruptionError(Exception):
         super().__init__(f"at byte {position}: {reason}")
         self.position = position
         self.reason = reason
+
+
+class StaleIndexError(SegmentCorruptionError):
+    """An offset index entry does not point at the batch it names: rebuild the indexes."""
+
+
+class DurableDataCorruptError(SegmentCorruptionError):
+    """Recovery found a bad batch among data that was fsynced (below the recovery point):
+    cutting the segment there would drop records that were durable, so it is not cut."""
+
+    base_offset = -1  # the segment's, filled in by the log
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,13 +203,28 @@ class LogSegment:
         self.flushed_size = self.size
         return True
 
-    def recover(self, validate_from_offset: int, min_offset: int) -> RecoveryOutcome:
+    def recover(
+        self,
+        validate_from_offset: int,
+        min_offset: int,
+        *,
+        every_append_fsynced: bool = False,
+        followed_by_segment: bool = False,
+    ) -> RecoveryOutcome:
         """Rebuild the indexes from the file and cut it at the first bad batch.
 
         Every batch's header is checked (length, magic, offsets that increase and fit the
         segment); batches whose last offset is >= ``validate_from_offset`` are also fully
         validated (CRC-32C and every record). ``min_offset``: the first batch may not start
         below it (the previous segment's next offset).
+
+        ``validate_from_offset`` is the recovery point: everything below it was fsynced. A
+        bad batch there is damage to durable data (a bit flip, a failing disk), not a torn
+        write: DurableDataCorruptError is raised and the file is left as it is. The recovery
+        point on disk lags the last fsync, so with ``every_append_fsynced`` (flush.messages=1)
+        a bad batch followed by a whole valid one is such damage too (only the last append can
+        have been torn), and so is any bad batch of a segment followed by
+        ``followed_by_segment``: a segment is fsynced before the next one is created.
         """
         self.offset_index.clear()
         self.time_index.clear()
@@ -225,6 +253,15 @@ class LogSegment:
                         validate_batch(batch.raw, strict=False)
                     except CorruptRecordError as exc:
                         reason = f"batch at byte {position} (offset {batch.base_offset}): {exc}"
+                        if every_append_fsynced and self._valid_batch_at(
+                                position + batch.size_in_bytes, last_offset + 1):
+                            # Not a torn tail: a later append reached the disk whole, and it
+                            # was written after this batch's fsync (flush.messages=1).
+                            raise DurableDataCorruptError(
+                                position,
+                                f"{reason}; a whole batch follows it, and with "
+                                "flush.messages=1 it was fsynced before that one was written",
+                            ) from exc
                         break
                 self._track(
                     batch.base_offset,
@@ -236,8 +273,22 @@ class LogSegment:
                 )
                 good_end = position + batch.size_in_bytes
                 expected = last_offset + 1
+        except DurableDataCorruptError:
+            raise
         except SegmentCorruptionError as exc:
             reason = str(exc)
+        if reason is not None and followed_by_segment:
+            raise DurableDataCorruptError(
+                good_end,
+                f"{reason}; a later segment exists, and a segment is fsynced when the next "
+                "one is created",
+            )
+        if reason is not None and expected < validate_from_offset:
+            raise DurableDataCorruptError(
+                good_end,
+                f"{reason}; the offsets from {expected} to the recovery point "
+                f"{validate_from_offset} were fsynced",
+            )
         truncated = self.size - good_end
         if truncated:
             os.ftruncate(self._fd, good_end)
@@ -248,6 +299,24 @@ class LogSegment:
         self.flushed_size = self.size
         self.flush_indexes()
         return RecoveryOutcome(truncated, reason if truncated else None)
+
+    def rebuild_indexes(self, min_offset: int) -> None:
+        """Rebuild the offset and time indexes from the log (headers only), cutting nothing:
+        damage found on the way raises DurableDataCorruptError."""
+        flushed = self.flushed_size
+        self.recover(validate_from_offset=2**63 - 1, min_offset=min_offset)
+        self.flushed_size = flushed
+
+    def _valid_batch_at(self, position: int, min_offset: int) -> bool:
+        """Whether a whole batch with a good CRC, starting at or after ``min_offset``, lies at
+        ``position``."""
+        try:
+            for _, batch in self.iter_batches(position, window=64 * 1024):
+                validate_batch(batch.raw, strict=False)
+                return batch.base_offset >= min_offset
+        except (SegmentCorruptionError, CorruptRecordError):
+            return False
+        return False
 
     def _read_rolling_timestamp(self) -> None:
         self.rolling_timestamp = -1
@@ -280,6 +349,28 @@ class LogSegment:
         if position == 0:
             self.rolling_timestamp = max_timestamp
         return position
+
+    def cut_back(self, size: int) -> None:
+        """Best effort, for a log going offline: cut the file to ``size`` bytes and make the
+        cut durable. Errors are ignored (the disk is failing already); whatever is left, a
+        restart validates past the recovery point."""
+        if self._fd < 0:
+            return
+        try:
+            if os.fstat(self._fd).st_size > size:
+                os.ftruncate(self._fd, size)
+                os.fsync(self._fd)
+        except OSError as exc:
+            log.error("%s: could not cut back to %d bytes: %s", self.log_path, size, exc)
+
+    def remove_unsafely(self) -> None:
+        """Best effort, for a log going offline: delete a segment that a failed append
+        created, and make the deletion durable (errors are logged and ignored)."""
+        try:
+            self.delete()
+            fsync_dir(self.directory)
+        except OSError as exc:
+            log.error("%s: could not remove it: %s", self.log_path, exc)
 
     def _note_loaded_batch(self, batch: Batch) -> None:
         """Account for a batch of a loaded segment: its index files already cover it."""
@@ -367,7 +458,7 @@ class LogSegment:
         the index interval plus some slack, then the batch headers are walked in that buffer
         and the answer is a slice of it.
         """
-        pos = self.offset_index.lookup(start_offset)
+        indexed, pos = self.offset_index.lookup_entry(start_offset)
         first_pos = end_pos = -1
         first_offset = next_offset = start_offset
         want = max_bytes + min(self.index_interval_bytes, _MAX_SKIP) + _READ_SLACK
@@ -377,6 +468,13 @@ class LogSegment:
         while pos < self.size:
             data = os.pread(self._fd, min(want, self.size - pos), pos)
             data_pos = pos
+            if indexed >= 0:
+                # The index entry must point at the batch it names: a damaged index file
+                # that passed load's checks would otherwise start the read at a wrong batch.
+                if int.from_bytes(data[:8], "big", signed=True) != indexed:
+                    raise StaleIndexError(pos, f"the offset index says offset {indexed} "
+                                          "starts here, the log does not")
+                indexed = -1
             consumed = 0
             try:
                 for batch in decode_batches(data, validate=False, strict=False, allow_partial=True):
@@ -388,6 +486,17 @@ class LogSegment:
                     if batch.last_offset >= limit_offset or (
                         taken + batch.size_in_bytes > max_bytes and (taken or not min_one)
                     ):
+                        blocked = True
+                        break
+                    if crc32c(batch.raw[_CRC_FROM:]) != batch.crc:
+                        # A bit flipped on the disk: never served as if it were good. The
+                        # batches before it are; a read starting at it fails.
+                        if first_pos < 0:
+                            raise SegmentCorruptionError(
+                                pos + batch.position,
+                                f"the batch at offset {batch.base_offset} fails its CRC-32C "
+                                "check (damaged on the disk)",
+                            )
                         blocked = True
                         break
                     if first_pos < 0:

@@ -1,0 +1,164 @@
+"""Helpers for the broker fault tests: acknowledged writes, reading back, the files on disk.
+
+``IdempotentWriter`` sends records one batch each with exact requests (tests/kip's RawClient)
+and remembers each batch's producer id, epoch, sequence and acknowledged offset, so a test
+can resend the last batch after a fault (it must be a duplicate) and knows exactly what was
+acknowledged. ``read_partition`` reads back with librdkafka (check.crcs on), the way a
+consumer does. The ``segment_*`` helpers look at and edit the partition's files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from integration_support import unique
+from raw_client import RawClient
+
+from kipproducer.protocol import error_codes as ec
+from kipproducer.records import decode_batches, encode_batch, validate_batch
+
+INIT_PRODUCER_ID = 22
+TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Sent:
+    sequence: int
+    value: bytes
+    offset: int
+
+
+class IdempotentWriter:
+    """An idempotent producer speaking exact requests: one record per batch, acks=all."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int = 0) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.client = RawClient(bootstrap)
+        body = self.client.request(INIT_PRODUCER_ID, 4, transactional_id=None,
+                                   transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
+        assert body.error_code == 0, body
+        self.producer_id, self.epoch = body.producer_id, body.producer_epoch
+        self.acked: list[Sent] = []
+        self.t0 = int(time.time() * 1000) - 60_000  # record i has timestamp t0 + i
+
+    def batch(self, sequence: int, value: bytes) -> bytes:
+        return encode_batch([(b"k%d" % sequence, value, None, self.t0 + sequence)],
+                            producer_id=self.producer_id, producer_epoch=self.epoch,
+                            base_sequence=sequence)
+
+    def send(self, sequence: int, value: bytes):
+        """One Produce of one batch; the partition response."""
+        return self.client.produce(self.topic, {self.partition: self.batch(sequence, value)},
+                                   mode=0)[self.partition]
+
+    def write(self, count: int, size: int = 40) -> list[Sent]:
+        """``count`` more records, each acknowledged (else the test fails)."""
+        for _ in range(count):
+            sequence = len(self.acked)
+            value = b"value-%06d-" % sequence + b"x" * size
+            answer = self.send(sequence, value)
+            assert answer.error_code == ec.NONE, (answer.error_code, answer.error_message)
+            self.acked.append(Sent(sequence, value, answer.base_offset))
+        return self.acked
+
+    def reconnect(self, bootstrap: str) -> None:
+        self.client.close()
+        self.client = RawClient(bootstrap)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def read_partition(bootstrap: str, topic: str, partition: int = 0, *, expect: int | None = None,
+                   quiet_s: float = 1.5, start: int = OFFSET_BEGINNING
+                   ) -> list[tuple[int, bytes]]:
+    """(offset, value) of every record a librdkafka consumer (check.crcs=true) reads from
+    ``start``: until ``expect`` records came, or nothing new came for ``quiet_s``. A consumer
+    error (a CRC failure among them) fails the test."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": unique("fault-reader"),
+        "enable.auto.commit": False,
+        "check.crcs": True,
+        "enable.partition.eof": False,
+        "fetch.error.backoff.ms": 100,
+    })
+    try:
+        consumer.assign([TopicPartition(topic, partition, start)])
+        out: list[tuple[int, bytes]] = []
+        deadline = time.monotonic() + TIMEOUT_S
+        quiet_until = time.monotonic() + quiet_s
+        while time.monotonic() < deadline:
+            if expect is not None and len(out) >= expect:
+                break
+            if expect is None and time.monotonic() > quiet_until:
+                break
+            for msg in consumer.consume(1000, timeout=0.2):
+                err = msg.error()
+                assert err is None or err.retriable(), f"consumer error: {err}"
+                if err is None:
+                    out.append((msg.offset(), msg.value()))
+                    quiet_until = time.monotonic() + quiet_s
+        return out
+    finally:
+        consumer.close()
+
+
+def high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("hw")})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                              timeout=TIMEOUT_S, cached=False)[1]
+    finally:
+        consumer.close()
+
+
+def watermark_error(bootstrap: str, topic: str, partition: int = 0) -> str | None:
+    """The error a ListOffsets for the partition gets, None when it is answered."""
+    try:
+        high_watermark(bootstrap, topic, partition)
+    except KafkaException as exc:
+        return exc.args[0].name()
+    return None
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int = 0) -> Path:
+    return data_dir / f"{topic}-{partition}"
+
+
+def segment_files(data_dir: Path, topic: str, partition: int = 0) -> list[Path]:
+    return sorted(partition_dir(data_dir, topic, partition).glob("*.log"))
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    crc_ok: bool
+
+
+def batches_on_disk(path: Path) -> list[OnDisk]:
+    """Every whole batch of a segment file, in order, and whether its CRC checks."""
+    data = path.read_bytes()
+    out = []
+    for batch in decode_batches(data, validate=False, strict=False, allow_partial=True):
+        try:
+            validate_batch(batch.raw, strict=False)
+            ok = True
+        except Exception:
+            ok = False
+        out.append(OnDisk(batch.position, batch.size_in_bytes, batch.base_offset,
+                          batch.last_offset, ok))
+    return out
+
+
+def flip_bit(path: Path, position: int, bit: int = 0) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 1 << bit
+    path.write_bytes(bytes(data))
