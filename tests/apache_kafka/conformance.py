@@ -44,9 +44,10 @@ DELIBERATE = (
      r"synonyms=\{DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1\}$", ""),
     (r"DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1, ", ""),
     # kip broker's topic configs are Kafka 3.9's (three that 4.0 removed) plus its own
-    # check.expected.offsets.
+    # check.expected.offsets and key.conditional.partitions.
     (r"^ *(message\.downconversion\.enable|message\.format\.version|"
-     r"message\.timestamp\.difference\.max\.ms|check\.expected\.offsets)=.*$", ""),
+     r"message\.timestamp\.difference\.max\.ms|check\.expected\.offsets|"
+     r"key\.conditional\.partitions)=.*$", ""),
     # A stack trace's frames are the tool's, not the broker's.
     (r"^\s+at .*$", ""),
     (r"^\s+\.\.\. \d+ more$", ""),

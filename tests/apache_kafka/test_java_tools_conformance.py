@@ -407,6 +407,8 @@ def test_features_and_metadata_quorum_on_kip_broker(pair: Pair) -> None:
     assert runs[0].exit == 0 and described.splitlines() == [
         "Feature: kip.produce.conditional SupportedMinVersion: 1 SupportedMaxVersion: 2 "
         "FinalizedVersionLevel: 0 Epoch: -",
+        "Feature: kip.produce.key.conditional SupportedMinVersion: 1 SupportedMaxVersion: 1 "
+        "FinalizedVersionLevel: 0 Epoch: -",
         "Feature: kip.produce.offsets SupportedMinVersion: 1 SupportedMaxVersion: 2 "
         "FinalizedVersionLevel: 0 Epoch: -",
     ], described
