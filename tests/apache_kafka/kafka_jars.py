@@ -128,15 +128,23 @@ READER_SOURCE = Path(__file__).with_name("java") / "ReadTopics.java"
 def reader_classpath() -> str:
     """Kafka's classpath plus the tests' Java reader (java/ReadTopics.java), compiled once
     per source version into the cache."""
-    source = READER_SOURCE.read_bytes()
-    out = lib_dir().parent / f"reader-{hashlib.sha256(source).hexdigest()[:12]}"
-    if not (out / "ReadTopics.class").exists():
-        staged = Path(tempfile.mkdtemp(dir=lib_dir().parent, prefix="reader-"))
+    return compiled_classpath(READER_SOURCE)
+
+
+def compiled_classpath(source_path: Path) -> str:
+    """Kafka's classpath plus one Java source file (a class of the same name, no package)
+    compiled against it, once per source version, into the cache (the tests' reader, the
+    benchmarks' Java producer)."""
+    source = source_path.read_bytes()
+    name = source_path.stem
+    out = lib_dir().parent / f"{name.lower()}-{hashlib.sha256(source).hexdigest()[:12]}"
+    if not (out / f"{name}.class").exists():
+        staged = Path(tempfile.mkdtemp(dir=lib_dir().parent, prefix=f"{name.lower()}-"))
         proc = subprocess.run([javac() or "javac", "-cp", classpath(), "-d", str(staged),
-                               str(READER_SOURCE)], capture_output=True, text=True,
+                               str(source_path)], capture_output=True, text=True,
                               timeout=300)
         if proc.returncode != 0:
-            raise RuntimeError(f"javac failed on {READER_SOURCE.name}:\n{proc.stderr}")
+            raise RuntimeError(f"javac failed on {source_path.name}:\n{proc.stderr}")
         if out.exists():
             shutil.rmtree(staged)
         else:
