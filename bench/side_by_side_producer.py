@@ -248,7 +248,8 @@ def java_command(bootstrap: str, topic: str, n: int, callbacks: bool,
         f.writelines(f"{k}={v}\n" for k, v in config.items())
     return [java() or "java", *JAVA_HEAP, *kafka.JVM_FLAGS, "-cp",
             compiled_classpath(Path(JAVA_SOURCE)), "BenchProducer", properties_path, topic,
-            f"{topic}-warm-up", str(n), str(min(n, JAVA_WARM_UP)), str(VALUE_SIZE), "on" if callbacks else "off",
+            f"{topic}-warm-up", str(n), str(min(n, JAVA_WARM_UP)), str(VALUE_SIZE),
+            "on" if callbacks else "off",
             ",".join(map(str, broker_pids)) if broker_pids else "-"]
 
 
@@ -480,8 +481,8 @@ def main(argv=None) -> None:
             "record or none as the other lanes; its timed part and CPU are measured by the "
             "program itself (the JVM's start and its warm-up, up to "
             f"{JAVA_WARM_UP:,} records to the warm-up topic so the JIT has compiled the send "
-            "path, are outside it, as the other lanes' process start is). Kafka's ProducerPerformance tool would send "
-            "no keys.")
+            "path, are outside it, as the other lanes' process start is). Kafka's "
+            "ProducerPerformance tool would send no keys.")
     if on_kafka:
         lines.append("Broker CPU is every node's JVM (all threads) over the lane's timed "
                      "part.")

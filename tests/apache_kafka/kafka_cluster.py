@@ -264,9 +264,14 @@ class KafkaCluster:
         ca_pem = self.root / "ca.pem"
         self.ca.cert_pem.write_to_path(str(ca_pem))
         broker_pem = self.root / "broker.pem"
-        # trustme writes a PKCS#8 "BEGIN PRIVATE KEY", which Kafka's PEM keystore needs.
-        broker_pem.write_bytes(cert.private_key_pem.bytes() + b"".join(
-            blob.bytes() for blob in cert.cert_chain_pems))
+        # Kafka's PEM keystore reads PKCS#8 ("BEGIN PRIVATE KEY") keys only; trustme writes
+        # its EC key as SEC1 ("BEGIN EC PRIVATE KEY"), so the key is re-encoded.
+        from cryptography.hazmat.primitives import serialization
+        key = serialization.load_pem_private_key(cert.private_key_pem.bytes(), password=None)
+        pkcs8 = key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption())
+        broker_pem.write_bytes(pkcs8 + b"".join(blob.bytes() for blob in cert.cert_chain_pems))
         self.security.ca_pem = ca_pem
         self.security.broker_pem = broker_pem
 
