@@ -188,11 +188,13 @@ class BenchBroker:
         return self.listeners["PLAINTEXT"]
 
 
-def start_broker(choice: str, prefix: str, *, tls: bool = False) -> BenchBroker:
+def start_broker(choice: str, prefix: str, *, tls: bool = False,
+                 kafka_config: dict | None = None) -> BenchBroker:
     """The broker of ``--broker``: ``kip`` (`kip broker`), ``kafka1`` or ``kafka3`` (Apache
     Kafka with that many KRaft nodes, each broker and controller in one JVM, started from
     the jars tests/apache_kafka/kafka_jars.py caches). With ``tls`` it also has an SSL
-    listener with a certificate for 127.0.0.1 from a CA made for the run (trustme)."""
+    listener with a certificate for 127.0.0.1 from a CA made for the run (trustme).
+    ``kafka_config``: more Apache Kafka broker properties (unused by `kip broker`)."""
     import shutil
     import tempfile
 
@@ -202,7 +204,8 @@ def start_broker(choice: str, prefix: str, *, tls: bool = False) -> BenchBroker:
     nodes = BROKERS[choice]
     if nodes:
         kafka = apache_kafka()
-        cluster = kafka.KafkaCluster(Path(data_dir), nodes=nodes, tls=tls)
+        cluster = kafka.KafkaCluster(Path(data_dir), nodes=nodes, tls=tls,
+                                       config=kafka_config)
         try:
             cluster.start()
         except BaseException:
