@@ -54,7 +54,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     a test file stays on one worker (its module fixtures, brokers among them, start once), the
     Spark tests share one worker (one SparkSession, and never two Spark drivers at once on a
     2-core machine), Apache Kafka's tests share one (one cluster of JVMs at a time), and the
-    two go first, being the longest groups. Without xdist the groups are unused and only the order changes."""
+    two go first, being the longest groups. Without xdist the groups are unused and only the
+    order changes."""
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(time_limit_s(item.nodeid)))

@@ -23,7 +23,6 @@ part) or 0 (the classic protocol), set when the storage is formatted.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess

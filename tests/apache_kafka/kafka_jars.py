@@ -72,6 +72,19 @@ def missing() -> str | None:
     return None
 
 
+def require_in_tests() -> None:
+    """In a test that needs Apache Kafka: skip it naming what is missing, or under
+    ``CI=true`` fail it, so CI cannot pass by skipping."""
+    import pytest
+
+    reason = missing()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"Apache Kafka is required in CI: {reason}", pytrace=False)
+    pytest.skip(f"Apache Kafka tests need {reason}")
+
+
 def _complete(lib: Path) -> bool:
     return (lib / f"kafka_2.13-{KAFKA_VERSION}.jar").exists() and (lib / ".complete").exists()
 

@@ -87,8 +87,8 @@ def _agree(topic: str, partitions: int, isolation: str, ours: Log, java: Log) ->
     for p in range(partitions):
         if ours[p] != theirs[p]:
             a, b = ours[p], theirs[p]
-            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a),
-                                                                                   len(b)))
+            first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                         min(len(a), len(b)))
             raise AssertionError(
                 f"{topic}[{p}] ({isolation}): librdkafka read {len(a)} records, Kafka's Java "
                 f"consumer {len(b)}; first difference at #{first}: "

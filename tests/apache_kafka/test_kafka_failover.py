@@ -23,7 +23,7 @@ from collections.abc import Callable
 import pytest
 from kafka_cluster import KafkaCluster
 from kafka_support import read_both_topics, sequences
-from scenario_support import N, PARTITIONS, Outcome, assert_within, run_load
+from scenario_support import PARTITIONS, N, Outcome, assert_within, run_load
 
 KIP_CLIENTS = ("arrays", "batch", "produce")
 PACE_S = 4.0

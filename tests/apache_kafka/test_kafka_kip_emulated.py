@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka_cluster import KafkaCluster
-from kafka_support import read_both, rdkafka_read
+from kafka_support import rdkafka_read, read_both
 from scenario_support import unique
 
 from kipproducer import Producer

@@ -54,12 +54,7 @@ def require_apache_kafka() -> None:
     sys.path.insert(0, str(ROOT / "tests" / "apache_kafka"))
     import kafka_jars
 
-    reason = kafka_jars.missing()
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Apache Kafka is required in CI: {reason}", pytrace=False)
-    pytest.skip(f"the Apache Kafka benchmarks need {reason}")
+    kafka_jars.require_in_tests()
 
 
 @pytest.mark.timeout(300)
