@@ -45,8 +45,12 @@ CONFLUENT = "confluent loop"
 PRESERVE = "kip mirror preserve"
 TRANSACTIONAL = "kip mirror transactional"
 MM2 = "MirrorMaker 2 exactly-once"
-KAFKA_HEADING = "## Mirror on Apache Kafka: kip mirror vs MirrorMaker 2 (issue 43)"
 SOURCES = {"dense": "src-dense", "half": "src-half-gone", "compacted": "src-compacted"}
+
+
+def kafka_heading(nodes: int) -> str:
+    return (f"## Mirror on Apache Kafka, {nodes} node{'s' if nodes > 1 else ''} per cluster: "
+            "kip mirror vs MirrorMaker 2 (issue 43)")
 
 
 def fill(bootstrap: str, n: int, *, half: bool = True, replication: int = 1) -> None:
@@ -294,7 +298,7 @@ def main(argv=None) -> None:
         section = kafka_report(args, n, jobs, results, failover, took, brokers[0])
         print(section)
         if args.write:
-            replace_section(args.write, KAFKA_HEADING, section)
+            replace_section(args.write, kafka_heading(BROKERS[args.broker]), section)
         return
     lines = [
         HEADING, "",
@@ -350,7 +354,7 @@ def kafka_report(args: argparse.Namespace, n: int, jobs: list[tuple[str, str]],
         return n / median(job, "seconds")
 
     lines = [
-        KAFKA_HEADING, "",
+        kafka_heading(BROKERS[args.broker]), "",
         f"Command: `python bench/side_by_side_mirror.py --records {args.records} --repeat "
         f"{args.repeat} --broker {args.broker}` (median of {args.repeat} alternating runs, "
         f"one process per run; whole run {took:.0f} s). Machine: {machine()}, /proc/loadavg "
