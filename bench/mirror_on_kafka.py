@@ -65,6 +65,7 @@ def digest(bootstrap: str, topic: str, partitions: int, *, keys: dict[int, bytes
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-digest-{topic}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "log_level": 4})
     out = {p: PartitionDigest() for p in range(partitions)}
     records: dict[int, list] = {p: [] for p in range(partitions)}
@@ -111,6 +112,7 @@ def middles(source: dict[int, PartitionDigest], bootstrap: str, topic: str,
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-middle-{topic}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest",
                          "log_level": 4})
     out = {}
     try:
@@ -305,6 +307,7 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
     log_path = os.path.join(work_dir, f"mm2-{run}.log")
     consumer = Consumer({"bootstrap.servers": target.bootstrap, "group.id": f"bench-poll-{run}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "log_level": 0})
     with open(log_path, "wb") as log:
         t0 = time.perf_counter()
