@@ -1,14 +1,22 @@
-"""Shared by the producer and copy side-by-side scripts: the `kip broker` they run against,
-topics, delivery counting, the broker's CPU and the contender process's peak memory."""
+"""Shared by the producer and copy side-by-side scripts: the broker they run against (`kip
+broker`, or a real Apache Kafka of 1 or 3 nodes from the jars the tests cache), topics,
+delivery counting, the broker's CPU and the contender process's peak memory."""
 
 from __future__ import annotations
 
 import os
 import resource
+import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The brokers a bench can run against (--broker): `kip broker`, Apache Kafka with 1 or 3 nodes.
+BROKERS = {"kip": 0, "kafka1": 1, "kafka3": 3}
 
 
 def broker_cpu(pid: int) -> float:
@@ -32,6 +40,11 @@ def broker_cpu(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def brokers_cpu(pids: Iterable[int]) -> float:
+    """CPU seconds so far of every broker process (a cluster's nodes), summed."""
+    return sum(broker_cpu(pid) for pid in pids)
 
 
 def broker_data_dir(prefix: str) -> tuple[str, str]:
@@ -108,13 +121,13 @@ def start_kip_broker_with(data_dir: str, config: dict[str, str]) -> tuple[subpro
     return proc, listeners
 
 
-def create_topics(bootstrap: str, *topics: str) -> None:
+def create_topics(bootstrap: str, *topics: str, replication: int = 1) -> None:
     """One-partition topics."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
     for name in topics:
-        admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+        admin.create_topics([NewTopic(name, 1, replication)])[name].result(30)
 
 
 def delete_topics(bootstrap: str, *topics: str) -> None:
@@ -142,6 +155,114 @@ def high_watermark(bootstrap: str, topic: str) -> int:
                                               cached=False)[1]
     finally:
         consumer.close()
+
+
+def apache_kafka() -> ModuleType:
+    """The tests' Apache Kafka harness (KafkaCluster, and through it kafka_jars' cached
+    jars), imported by path: the benchmarks start the same Kafka the tests do."""
+    here = os.path.join(ROOT, "tests", "apache_kafka")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import kafka_cluster
+
+    return kafka_cluster
+
+
+@dataclass
+class BenchBroker:
+    """A broker a bench started: its listeners' addresses by protocol (PLAINTEXT, and SSL
+    when asked for), the CA its TLS certificate is checked against, the PIDs whose CPU is the
+    broker's, the replication factor of the bench's topics, and how to stop it."""
+    choice: str
+    listeners: dict[str, str]
+    pids: list[int]
+    stop: Callable[[], None]
+    words: str
+    data_where: str
+    ca_pem: str = ""
+    replication: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.listeners["PLAINTEXT"]
+
+
+def start_broker(choice: str, prefix: str, *, tls: bool = False,
+                 kafka_config: dict | None = None) -> BenchBroker:
+    """The broker of ``--broker``: ``kip`` (`kip broker`), ``kafka1`` or ``kafka3`` (Apache
+    Kafka with that many KRaft nodes, each broker and controller in one JVM, started from
+    the jars tests/apache_kafka/kafka_jars.py caches). With ``tls`` it also has an SSL
+    listener with a certificate for 127.0.0.1 from a CA made for the run (trustme).
+    ``kafka_config``: more Apache Kafka broker properties (unused by `kip broker`)."""
+    import shutil
+    import tempfile
+
+    if choice not in BROKERS:
+        raise ValueError(f"unknown broker {choice!r}; known: {sorted(BROKERS)}")
+    data_dir, data_where = broker_data_dir(prefix)
+    nodes = BROKERS[choice]
+    if nodes:
+        kafka = apache_kafka()
+        cluster = kafka.KafkaCluster(Path(data_dir), nodes=nodes, tls=tls,
+                                       config=kafka_config)
+        try:
+            cluster.start()
+        except BaseException:
+            cluster.close()
+            shutil.rmtree(data_dir, ignore_errors=True)
+            raise
+        listeners = {"PLAINTEXT": cluster.bootstrap}
+        if tls:
+            listeners["SSL"] = cluster.bootstrap_for("SSL")
+
+        def stop_cluster() -> None:
+            cluster.close()
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+        from kafka_jars import KAFKA_VERSION
+
+        heap = " ".join(kafka.NODE_HEAP)
+        words = (f"Apache Kafka {KAFKA_VERSION}, {nodes} KRaft node{'s' if nodes > 1 else ''} "
+                 f"(broker and controller in one JVM each, {heap}, serial GC; topics with "
+                 f"replication factor {min(3, nodes)}, min.insync.replicas {min(2, nodes)})")
+        return BenchBroker(choice, listeners, list(cluster.pids().values()), stop_cluster,
+                           words, data_where, str(cluster.security.ca_pem or ""),
+                           replication=min(3, nodes), extra={"cluster": cluster})
+    config: dict[str, str] = {}
+    cert_dir = ""
+    ca_pem = ""
+    if tls:
+        cert_dir = tempfile.mkdtemp(prefix=prefix + "certs-")
+        ca, broker_pem = make_certs(Path(cert_dir))
+        ca_pem = str(ca)
+        config = {"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(broker_pem)}
+    proc, listeners = start_kip_broker_with(data_dir, config)
+
+    def stop_kip() -> None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        if cert_dir:
+            shutil.rmtree(cert_dir, ignore_errors=True)
+
+    return BenchBroker(choice, listeners, [proc.pid], stop_kip, "`kip broker`", data_where,
+                       ca_pem)
+
+
+def make_certs(directory: Path) -> tuple[Path, Path]:
+    """A CA and the broker's key + certificate chain for 127.0.0.1: (ca.pem, broker.pem)."""
+    import trustme
+
+    ca = trustme.CA(organization_name="kip bench CA")
+    server = ca.issue_cert("127.0.0.1", "localhost", common_name="broker")
+    ca_pem, broker_pem = directory / "ca.pem", directory / "broker.pem"
+    ca.cert_pem.write_to_path(str(ca_pem))
+    server.private_key_and_cert_chain_pem.write_to_path(str(broker_pem))
+    return ca_pem, broker_pem
 
 
 def versions() -> str:

@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,14 +39,13 @@ import time
 from bench_support import (
     Deliveries,
     broker_cpu,
-    broker_data_dir,
     child_env,
     create_topics,
     delete_topics,
     high_watermark,
     load_average,
     peak_rss_mib,
-    start_kip_broker,
+    start_broker,
     versions,
 )
 
@@ -240,8 +237,8 @@ def main(argv=None) -> None:
     lanes = [(CONFLUENT, rates[0]), *[(KIP, rate) for rate in rates], (KIP_ASSIGNED, rates[0])]
     jobs = [(name, rate, mode) for name, rate in lanes for mode in modes]
     load0, loadavg0 = os.getloadavg()[0], load_average()
-    data_dir, data_where = broker_data_dir("kip-bench-copy-")
-    proc, bootstrap = start_kip_broker(data_dir)
+    broker = start_broker("kip", "kip-bench-copy-")
+    bootstrap, data_where, (broker_pid,) = broker.bootstrap, broker.data_where, broker.pids
     results: dict[tuple[str, str, bool], list[dict]] = {job: [] for job in jobs}
     checked: dict[str, str] = {}
     t_run = time.perf_counter()
@@ -250,7 +247,7 @@ def main(argv=None) -> None:
             for number, (name, rate, mode) in enumerate(jobs):  # alternating: drift hits all
                 topic = f"copy-{number}-{rnd}"
                 create_topics(bootstrap, topic, f"{topic}-warm-up")
-                cpu0 = broker_cpu(proc.pid)
+                cpu0 = broker_cpu(broker_pid)
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
                      "--topic", topic, "--records", str(n), "--gap-rate", rate,
@@ -259,7 +256,7 @@ def main(argv=None) -> None:
                 if out.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{out.stderr[-3000:]}")
                 result = json.loads(out.stdout.strip().splitlines()[-1])
-                result["broker_cpu"] = broker_cpu(proc.pid) - cpu0
+                result["broker_cpu"] = broker_cpu(broker_pid) - cpu0
                 results[(name, rate, mode)].append(result)
                 line = (f"{name:30s} {'cb' if mode else 'no cb'} "
                         f"{n / result['seconds'] / 1e6:6.3f} M rec/s "
@@ -273,12 +270,7 @@ def main(argv=None) -> None:
                 print(line, file=sys.stderr)
                 delete_topics(bootstrap, topic, f"{topic}-warm-up")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        broker.stop()
     took = time.perf_counter() - t_run
     load1, loadavg1 = os.getloadavg()[0], load_average()
 

@@ -14,8 +14,16 @@ acknowledged (committed, in the transactional mode):
   path: the source read with Fetch, whole record batches forwarded);
 - kip mirror transactional: Mirror(mode="transactional", group=...).run(once=True).
 
-Usage: python bench/side_by_side_mirror.py [--records N] [--repeat R] [--write bench/RESULTS.md]
-(after the README's install; with a checkout built in place, its src/ is used).
+With ``--broker kafka1`` the source and the target are two 1-node Apache Kafka clusters
+(issue 43) and MirrorMaker 2 with exactly-once is a lane beside kip mirror's two modes (the
+preserve mode writing through the emulated KIP-391 of a stock target); the second source is
+then a topic compacted by Kafka's own cleaner (bench/mirror_on_kafka.py). Every copy is checked
+there, on either broker: the target read with read_committed holds the source's records once
+each, in order (and at the same offsets, for preserve).
+
+Usage: python bench/side_by_side_mirror.py [--records N] [--repeat R] [--broker kip|kafka1]
+[--write bench/RESULTS.md] (after the README's install; with a checkout built in place, its
+src/ is used).
 """
 
 from __future__ import annotations
@@ -23,32 +31,38 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
-from bench_support import broker_data_dir, child_env, start_kip_broker
+from bench_support import BROKERS, BenchBroker, child_env, start_broker
 
 HEADING = "## Mirror: kip mirror vs a confluent Consumer -> Producer loop (issue 17)"
 PARTITIONS = 3
 CONFLUENT = "confluent loop"
 PRESERVE = "kip mirror preserve"
 TRANSACTIONAL = "kip mirror transactional"
-SOURCES = {"dense": "src-dense", "half": "src-half-gone"}
+MM2 = "MirrorMaker 2 exactly-once"
+SOURCES = {"dense": "src-dense", "half": "src-half-gone", "compacted": "src-compacted"}
 
 
-def fill(bootstrap: str, n: int) -> None:
+def kafka_heading(nodes: int) -> str:
+    return (f"## Mirror on Apache Kafka, {nodes} node{'s' if nodes > 1 else ''} per cluster: "
+            "kip mirror vs MirrorMaker 2 (issue 43)")
+
+
+def fill(bootstrap: str, n: int, *, half: bool = True, replication: int = 1) -> None:
+    """The dense source, and (``half``) its copy with half the offsets gone."""
     import numpy as np
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from kipproducer import Producer
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for name in SOURCES.values():
-        admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    for name in [SOURCES["dense"]] + ([SOURCES["half"]] if half else []):
+        admin.create_topics([NewTopic(name, PARTITIONS, replication)])[name].result(30)
     per = n // PARTITIONS
     rng = np.random.default_rng(7)
     p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
@@ -59,6 +73,8 @@ def fill(bootstrap: str, n: int) -> None:
         keys = [b"key-%08d" % i for i in range(per)]
         headers = [[("trace", b"%d" % i)] for i in range(per)]
         p.produce_arrays(SOURCES["dense"], values, keys=keys, headers=headers, partition=part)
+        if not half:
+            continue
         # Half the offsets gone, in holes of 1 to 16 offsets between runs of 1 to 16 records,
         # as in a compacted topic. (Every other offset gone would make every record its own
         # batch, the case issue 15's KIP-WIRE v2 is for.)
@@ -83,12 +99,13 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_confluent(source: str, target: str, topic: str, out: str, n: int) -> int:
+def run_confluent(source: str, target: str, topic: str, out: str, n: int,
+                  replication: int = 1) -> int:
     from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": target})  # the mirror creates its own
-    admin.create_topics([NewTopic(out, PARTITIONS, 1)])[out].result(30)
+    admin.create_topics([NewTopic(out, PARTITIONS, replication)])[out].result(30)
     consumer = Consumer({"bootstrap.servers": source, "group.id": f"bench-{out}",
                          "enable.auto.commit": False, "enable.partition.eof": True})
     producer = Producer({"bootstrap.servers": target, "enable.idempotence": True,
@@ -119,12 +136,13 @@ def run_confluent(source: str, target: str, topic: str, out: str, n: int) -> int
     return copied
 
 
-def run_one(lane: str, source: str, target: str, topic: str, out: str, n: int) -> dict:
+def run_one(lane: str, source: str, target: str, topic: str, out: str, n: int,
+            replication: int = 1) -> dict:
     from kipproducer.mirror import Mirror
 
     t0, c0 = time.perf_counter(), cpu_seconds()
     if lane == CONFLUENT:
-        copied = run_confluent(source, target, topic, out, n)
+        copied = run_confluent(source, target, topic, out, n, replication)
     else:
         mode = "preserve" if lane == PRESERVE else "transactional"
         snapshot = Mirror(source, target, topic, mode=mode, group=f"bench-{out}",
@@ -134,53 +152,141 @@ def run_one(lane: str, source: str, target: str, topic: str, out: str, n: int) -
             "copied": copied}
 
 
+def fill_sources(source: BenchBroker, n: int, shapes: list[str]) -> dict[str, dict]:
+    """The source topics, and each one's digest (what every copy is checked against)."""
+    from mirror_on_kafka import commit_group, digest, fill_compacted, middles
+
+    fill(source.bootstrap, n, half="half" in shapes, replication=source.replication)
+    if "compacted" in shapes:
+        fill_compacted(source.bootstrap, SOURCES["compacted"], n, PARTITIONS,
+                       source.replication)
+    out = {}
+    for shape in shapes:
+        topic = SOURCES[shape]
+        d = digest(source.bootstrap, topic, PARTITIONS)
+        if sum(x.count for x in d.values()) != n:
+            raise RuntimeError(f"{topic} holds {sum(x.count for x in d.values())} records, "
+                               f"want {n}")
+        middle = middles(d, source.bootstrap, topic, PARTITIONS)
+        # a consumer group half way through each partition: where a consumer failing over
+        # to the target would resume, as each mirror carries its offsets over
+        commit_group(source.bootstrap, topic, {p: o for p, (o, _) in middle.items()})
+        out[shape] = {"digest": d, "middle": middle}
+    return out
+
+
+def run_lane(lane: str, source: BenchBroker, target: BenchBroker, topic: str, src: dict,
+             out: str, n: int, work: str) -> dict:
+    """One run of one lane, checked (read_committed, per partition, against the source) and
+    its target topic deleted afterwards."""
+    from mirror_on_kafka import (
+        FAILOVER_GROUP,
+        compare,
+        delete_topic,
+        digest,
+        group_offsets,
+        run_mm2,
+    )
+
+    middle = src["middle"]
+    if lane == MM2:
+        copied_to = topic  # IdentityReplicationPolicy: the source's name
+        result = run_mm2(source, target, topic, PARTITIONS,
+                         {p: d.last for p, d in src["digest"].items()}, work, out.replace(
+                             "copy-", "").replace("-", "x"))
+        translated = result.pop("translated")
+    else:
+        copied_to = out if lane == CONFLUENT else f"{out}.{topic}"
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, __file__, "--records", str(n), "--one", lane, source.bootstrap,
+             target.bootstrap, topic, out, str(target.replication)],
+            capture_output=True, text=True, env=child_env(), timeout=1800)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{lane} failed:\n{proc.stderr[-3000:]}")
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result["whole_seconds"] = time.perf_counter() - t0
+        if result["copied"] != n:
+            raise RuntimeError(f"{lane} copied {result['copied']} of {n}")
+        translated = (group_offsets(target.bootstrap, copied_to, PARTITIONS)
+                      if lane == PRESERVE else {})
+    got = digest(target.bootstrap, copied_to, PARTITIONS,
+                 keys={p: key for p, (_, key) in middle.items()}, below=translated)
+    compare(lane, src["digest"], got, offsets=lane == PRESERVE)
+    if lane in (MM2, PRESERVE):
+        # Where the failover group resumes on the target: records read again (the ones
+        # between its translated offset and the record it stood at), or skipped if negative.
+        result["failover"] = {
+            p: (None if p not in translated else got[p].found[1] - got[p].below)
+            for p in range(PARTITIONS)}
+    delete_topic(target.bootstrap, copied_to)
+    if lane == MM2:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": target.bootstrap, "log_level": 4})
+        for future in admin.delete_consumer_groups([FAILOVER_GROUP]).values():
+            try:
+                future.result(30)
+            except Exception:  # noqa: BLE001 - none was synced this run
+                pass
+    return result
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    # kafka3 is left out for now: on 3 nodes the compacted source read back 1 record of 1,000
+    # in one partition after Kafka's cleaner ran (cause not found yet; issue 43)
+    ap.add_argument("--broker", choices=["kip", "kafka1"], default="kip",
+                    help="two `kip broker`s (default), or two 1-node Apache Kafka clusters "
+                         "(kafka1; then MirrorMaker 2 is a lane too)")
     ap.add_argument("--write", metavar="PATH")
-    ap.add_argument("--one", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n = args.records - args.records % PARTITIONS
     if args.one:
-        lane, source, target, topic, out = args.one
-        print(json.dumps(run_one(lane, source, target, topic, out, n)))
+        lane, source, target, topic, out, replication = args.one
+        print(json.dumps(run_one(lane, source, target, topic, out, n, int(replication))))
         return
 
-    jobs = [(CONFLUENT, "dense"), (PRESERVE, "dense"), (TRANSACTIONAL, "dense"),
-            (CONFLUENT, "half"), (PRESERVE, "half")]
-    dirs = [broker_data_dir("kip-bench-mirror-") for _ in range(2)]
-    brokers = [start_kip_broker(d) for d, _ in dirs]
-    (src_proc, source), (dst_proc, target) = brokers
+    on_kafka = BROKERS[args.broker] > 0
+    if on_kafka:
+        shapes = ["dense", "compacted"]
+        jobs = [(lane, shape) for shape in shapes
+                for lane in (CONFLUENT, PRESERVE, TRANSACTIONAL, MM2)]
+    else:
+        shapes = ["dense", "half"]
+        jobs = [(CONFLUENT, "dense"), (PRESERVE, "dense"), (TRANSACTIONAL, "dense"),
+                (CONFLUENT, "half"), (PRESERVE, "half")]
+    from mirror_on_kafka import CLEANER_CONFIG
+
+    brokers: list[BenchBroker] = []
     results: dict[tuple[str, str], list[dict]] = {job: [] for job in jobs}
+    failover: dict[tuple[str, str], list[dict]] = {}
     t_run = time.perf_counter()
     try:
-        fill(source, n)
-        for rnd in range(args.repeat):
-            for number, (lane, shape) in enumerate(jobs):
-                out = f"copy-{rnd}-{number}"
-                proc = subprocess.run(
-                    [sys.executable, __file__, "--records", str(n), "--one", lane, source,
-                     target, SOURCES[shape], out],
-                    capture_output=True, text=True, env=child_env(), timeout=1800)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"{lane} failed:\n{proc.stderr[-3000:]}")
-                result = json.loads(proc.stdout.strip().splitlines()[-1])
-                if result["copied"] != n:
-                    raise RuntimeError(f"{lane} copied {result['copied']} of {n}")
-                results[(lane, shape)].append(result)
-                print(f"{lane:26s} {shape:6s} {n / result['seconds'] / 1e6:6.3f} M rec/s "
-                      f"cpu {result['cpu']:.2f} s", file=sys.stderr)
+        for _ in range(2):
+            brokers.append(start_broker(args.broker, "kip-bench-mirror-",
+                                        kafka_config=CLEANER_CONFIG))
+        source, target = brokers
+        sources = fill_sources(source, n, shapes)
+        with tempfile.TemporaryDirectory(prefix="kip-bench-mm2-") as work:
+            for rnd in range(args.repeat):
+                for number, (lane, shape) in enumerate(jobs):
+                    result = run_lane(lane, source, target, SOURCES[shape], sources[shape],
+                                      f"copy-{rnd}-{number}", n, work)
+                    results[(lane, shape)].append(result)
+                    if "failover" in result:
+                        failover.setdefault((lane, shape), []).append(result["failover"])
+                    print(f"{lane:28s} {shape:9s} {n / result['seconds'] / 1e6:6.3f} M rec/s "
+                          f"cpu {result['cpu']:.2f} s, start to last record "
+                          f"{result['whole_seconds']:.1f} s", file=sys.stderr)
     finally:
-        for proc, _ in brokers:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        for d, _ in dirs:
-            shutil.rmtree(d, ignore_errors=True)
+        for broker in brokers:
+            broker.stop()
     took = time.perf_counter() - t_run
+    where = brokers[0].data_where
 
     from results_file import machine, replace_section
 
@@ -190,13 +296,19 @@ def main(argv=None) -> None:
     def cpu(job: tuple[str, str]) -> float:
         return statistics.median(r["cpu"] for r in results[job]) * 1e6 / n
 
+    if on_kafka:
+        section = kafka_report(args, n, jobs, results, failover, took, brokers[0])
+        print(section)
+        if args.write:
+            replace_section(args.write, kafka_heading(BROKERS[args.broker]), section)
+        return
     lines = [
         HEADING, "",
         f"Command: `python bench/side_by_side_mirror.py --records {args.records} --repeat "
         f"{args.repeat}`"
         f" (median of {args.repeat} alternating runs, one process per run; whole run "
         f"{took:.0f} s). Machine: {machine()}; brokers: two `kip broker`s, data "
-        f"{dirs[0][1]}.", "",
+        f"{where}.", "",
         f"Workload: {n:,} records over {PARTITIONS} partitions (12-byte keys, 100-byte "
         "values, one header); `half` is the same records with half the offsets gone, in holes "
         "of 1 to 16 offsets between runs of 1 to 16 records (a compacted topic's shape). "
@@ -227,6 +339,100 @@ def main(argv=None) -> None:
     print(section)
     if args.write:
         replace_section(args.write, HEADING, section)
+
+
+def kafka_report(args: argparse.Namespace, n: int, jobs: list[tuple[str, str]],
+                 results: dict[tuple[str, str], list[dict]],
+                 failover: dict[tuple[str, str], list[dict]], took: float,
+                 broker: BenchBroker) -> str:
+    from bench_support import load_average, versions
+    from mirror_on_kafka import BLOCK, CLEANER_CONFIG, MM2_HEAP
+    from results_file import machine
+
+    def median(job: tuple[str, str], key: str) -> float:
+        return statistics.median(r[key] for r in results[job])
+
+    def speed(job: tuple[str, str]) -> float:
+        return n / median(job, "seconds")
+
+    lines = [
+        kafka_heading(BROKERS[args.broker]), "",
+        f"Command: `python bench/side_by_side_mirror.py --records {args.records} --repeat "
+        f"{args.repeat} --broker {args.broker}` (median of {args.repeat} alternating runs, "
+        f"one process per run; whole run {took:.0f} s). Machine: {machine()}, /proc/loadavg "
+        f"after: {load_average()}. Versions: {versions()}.",
+        f"Brokers: two clusters, each {broker.words}; data {broker.data_where}; the "
+        "clusters' log cleaner wakes every "
+        f"{CLEANER_CONFIG['log.cleaner.backoff.ms']} ms.", "",
+        f"Workload: {n:,} records over {PARTITIONS} partitions (12-byte keys, 100-byte "
+        "values). `dense`: one header each, offsets 0..n-1. `compacted`: each key written once, "
+        f"then a random half of them again in blocks of {BLOCK:,} keys, and Kafka's own "
+        "cleaner left to drop the older copies: one record per key, with holes of "
+        f"{BLOCK:,} offsets (bench/mirror_on_kafka.py). Every lane copies the whole topic "
+        "to a new target topic. kip lanes: timed from the Mirror's start to the last record "
+        "acknowledged (committed in the transactional mode); the preserve mode writes "
+        "through the emulated KIP-391 of a stock target (docs/stock-clusters.md). "
+        "MirrorMaker 2: dedicated mode, `exactly.once.source.support=enabled` on the target, "
+        "`IdentityReplicationPolicy`, the source read with `read_committed`, tasks.max "
+        f"1 (its default), a JVM of its own per run ({' '.join(MM2_HEAP)}); timed from the "
+        "first record readable on the target (read_committed) to the last one, polled every "
+        "0.2 s, so its JVM's and connectors' start is outside the rate and inside the "
+        "start-to-last-record column. CPU: the lane's process over its timed part (kip lanes: "
+        "the Mirror's run; MirrorMaker 2: its JVM, all threads, first to last record). "
+        "Every copy is checked: read with read_committed, each target partition holds the "
+        "source's records once each in order (count and a hash of keys and values), and "
+        "for preserve at the source's offsets (a hash of the offsets); a run that fails its "
+        "check fails the bench.", "",
+        "| lane | source | records/s | CPU us/record | start to last record, s | vs "
+        "MirrorMaker 2 | exactly once (read_committed) | offsets kept |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
+    for job in jobs:
+        lane, shape = job
+        base = speed((MM2, shape))
+        lines.append(
+            f"| {lane} | {shape} | {speed(job):,.0f} | {median(job, 'cpu') * 1e6 / n:.2f} | "
+            f"{median(job, 'whole_seconds'):.1f} | {speed(job) / base:.2f}x | "
+            f"yes ({n:,} records, in order) | {'yes' if lane == PRESERVE else 'no'} |")
+    lines.append("")
+    for shape in ("dense", "compacted"):
+        for lane, target in ((TRANSACTIONAL, 5.0), (PRESERVE, 2.0 if shape == "dense" else 0)):
+            ratios = [m["seconds"] / k["seconds"] for k, m in zip(
+                results[(lane, shape)], results[(MM2, shape)], strict=True)]
+            med = statistics.median(ratios)
+            goal = (f" (issue 43's target {target}x: {'met' if med >= target else 'NOT met'})"
+                    if target else "")
+            whole = [m["whole_seconds"] / k["whole_seconds"] for k, m in zip(
+                results[(lane, shape)], results[(MM2, shape)], strict=True)]
+            lines.append(f"- {shape}: {lane} / MirrorMaker 2 per round "
+                         + ", ".join(f"{r:.2f}x" for r in ratios)
+                         + f"; median {med:.2f}x{goal}. Start to last record (process starts "
+                         "included on both sides): " + ", ".join(f"{r:.2f}x" for r in whole)
+                         + f"; median {statistics.median(whole):.2f}x.")
+    lines.append("")
+    for (lane, shape), runs in sorted(failover.items()):
+        words = []
+        for run in runs:
+            words.append(", ".join("not carried over" if v is None else
+                                   f"re-reads {v}" if v >= 0 else f"skips {-v}"
+                                   for v in run.values()))
+        lines.append(
+            f"- Failover, {lane}, {shape}: a consumer group committed half way through each "
+            "source partition, resuming on the target from the offsets the mirror carried "
+            "over, per partition per round: " + "; ".join(words) + ".")
+    mm2_moves = [v for (lane, _), runs in failover.items() if lane == MM2
+                 for run in runs for v in run.values()]
+    outcome = ("in every run here its translation pointed at or before the record the group "
+               "stood at, so the consumer reads records again (above) and skips none"
+               if all(v is not None and v >= 0 for v in mm2_moves) else
+               "in this run the translation was missing or past the record the group stood "
+               "at for some partitions (above)")
+    lines += ["", "MirrorMaker 2 does not keep offsets (its exactly-once copy gives every "
+              "record a new offset, and its transaction markers take offsets too); a consumer "
+              "that fails over resumes from its checkpoints' translation of the group's "
+              f"offsets: {outcome}. kip mirror's preserve mode keeps every offset, so a "
+              "group's offset means the same record on both sides.", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

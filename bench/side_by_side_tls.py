@@ -13,34 +13,35 @@ the table also gives the broker's CPU seconds per 1M records over each transport
 /proc around each run: the run's connection set-up, topic creation and deletion included), and
 the cipher suite the broker negotiates with a default OpenSSL client.
 
+``--broker kafka1`` / ``kafka3`` runs the same against Apache Kafka with 1 or 3 KRaft nodes
+(an SSL listener on each, with a PEM keystore made for the run), with Kafka's own Java producer
+as one more lane (issue 43; bench/side_by_side_producer.py's ``java producer``).
+
     python bench/side_by_side_tls.py [--records N] [--repeat R] [--chunk N]
-        [--write bench/RESULTS.md]
+        [--broker kip|kafka1|kafka3] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import signal
 import socket
 import ssl
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench_support import (
-    broker_cpu,
-    broker_data_dir,
+    BROKERS,
+    brokers_cpu,
     load_average,
-    start_kip_broker_with,
+    start_broker,
     versions,
 )
 from side_by_side_producer import (
     CONTENDERS,
+    JAVA,
     KEY_SIZE,
     VALUE_SIZE,
     mode_words,
@@ -50,18 +51,6 @@ from side_by_side_producer import (
 HEADING = "## Producer lanes over TLS (issue 29)"
 TRANSPORTS = ["plaintext", "TLS"]
 MODES = [True, False]  # with per-record callbacks, without
-
-
-def make_certs(directory: Path) -> tuple[Path, Path]:
-    """A CA and the broker's key + certificate chain for 127.0.0.1: (ca.pem, broker.pem)."""
-    import trustme
-
-    ca = trustme.CA(organization_name="kip bench CA")
-    server = ca.issue_cert("127.0.0.1", "localhost", common_name="broker")
-    ca_pem, broker_pem = directory / "ca.pem", directory / "broker.pem"
-    ca.cert_pem.write_to_path(str(ca_pem))
-    server.private_key_and_cert_chain_pem.write_to_path(str(broker_pem))
-    return ca_pem, broker_pem
 
 
 def negotiated_suite(address: str, ca_pem: Path) -> str:
@@ -81,20 +70,22 @@ def main(argv=None) -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=10_000,
                     help="records per produce_batch / produce_arrays call (default 10000)")
+    ap.add_argument("--broker", choices=list(BROKERS), default="kip",
+                    help="kip broker (default), or Apache Kafka with 1 or 3 KRaft nodes "
+                         "(kafka1, kafka3; then the Java producer is a lane too)")
     ap.add_argument("--write", metavar="PATH")
     args = ap.parse_args(argv)
     n = args.records
+    on_kafka = BROKERS[args.broker] > 0
+    contenders = CONTENDERS + ([JAVA] if on_kafka else [])
 
     load0 = load_average()
-    cert_dir = Path(tempfile.mkdtemp(prefix="kip-bench-tls-"))
-    ca_pem, broker_pem = make_certs(cert_dir)
-    data_dir, data_where = broker_data_dir("kip-bench-tls-")
-    proc, listeners = start_kip_broker_with(data_dir, {
-        "listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(broker_pem)})
+    broker = start_broker(args.broker, "kip-bench-tls-", tls=True)
+    listeners, ca_pem, data_where = broker.listeners, Path(broker.ca_pem), broker.data_where
     plain = listeners["PLAINTEXT"]
-    suite = negotiated_suite(listeners["SSL"], ca_pem)
+    suite = negotiated_suite(listeners["SSL"].split(",")[0], ca_pem)
     tls_config = {"security.protocol": "SSL", "ssl.ca.location": str(ca_pem)}
-    jobs = [(transport, name, mode) for transport in TRANSPORTS for name in CONTENDERS
+    jobs = [(transport, name, mode) for transport in TRANSPORTS for name in contenders
             for mode in MODES]
     results: dict[tuple[str, str, bool], list[dict]] = {job: [] for job in jobs}
     t_run = time.perf_counter()
@@ -102,25 +93,19 @@ def main(argv=None) -> None:
         for rnd in range(args.repeat):
             for number, (transport, name, mode) in enumerate(jobs):  # interleaved
                 tls = transport == "TLS"
-                broker_cpu0 = broker_cpu(proc.pid)
+                broker_cpu0 = brokers_cpu(broker.pids)
                 result = run_child(name, plain, f"tls-{number}-{rnd}", n,
                                    bootstrap=listeners["SSL"] if tls else plain,
                                    callbacks=mode, chunk=args.chunk,
                                    client_config=tls_config if tls else None,
-                                   broker_pid=proc.pid)
-                result["broker_cpu"] = broker_cpu(proc.pid) - broker_cpu0
+                                   broker_pids=broker.pids, replication=broker.replication)
+                result["broker_cpu"] = brokers_cpu(broker.pids) - broker_cpu0
                 results[(transport, name, mode)].append(result)
                 print(f"{transport:9s} {name:24s} {'cb' if mode else 'no cb':5s} "
                       f"{n / result['seconds'] / 1e6:6.2f} M rec/s cpu {result['cpu']:.2f} s "
                       f"broker cpu {result['broker_cpu']:.2f} s", file=sys.stderr)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(data_dir, ignore_errors=True)
-        shutil.rmtree(cert_dir, ignore_errors=True)
+        broker.stop()
     took = time.perf_counter() - t_run
     load1 = load_average()
 
@@ -144,17 +129,27 @@ def main(argv=None) -> None:
 
     from results_file import machine
 
+    nodes = BROKERS[args.broker]
+    heading = HEADING if not on_kafka else (
+        f"## Producer lanes over TLS on Apache Kafka, {nodes} node{'s' if nodes > 1 else ''} "
+        "(issue 43)")
+    broker_flag = "" if args.broker == "kip" else f" --broker {args.broker}"
+    broker_words = (
+        "one `kip broker` with a PLAINTEXT listener and an SSL listener "
+        "(`listeners=SSL://127.0.0.1:0`, a PEM keystore made for the run with trustme)"
+        if not on_kafka else
+        f"{broker.words}, each node with a PLAINTEXT and an SSL listener (PEM keystore and "
+        "truststore made for the run with trustme)")
     lines = [
-        HEADING, "",
+        heading, "",
         f"Command: `python bench/side_by_side_tls.py --records {n} --repeat {args.repeat} "
-        f"--chunk {args.chunk}` (median of {args.repeat} rounds, every run in its own process; "
-        f"whole run {took:.0f} s).",
-        f"Machine: {machine()}; client and `kip broker` share it, on loopback; the broker's "
+        f"--chunk {args.chunk}{broker_flag}` (median of {args.repeat} rounds, every run in its "
+        f"own process; whole run {took:.0f} s).",
+        f"Machine: {machine()}; client and broker share it, on loopback; the broker's "
         f"data dir {data_where}. /proc/loadavg before: {load0}; after: {load1}.",
         f"Versions: {versions()}.",
-        "Broker: one `kip broker` with a PLAINTEXT listener and an SSL listener "
-        "(`listeners=SSL://127.0.0.1:0`, a PEM keystore made for the run with trustme); the "
-        "TLS clients set security.protocol=SSL and ssl.ca.location (the broker's certificate "
+        f"Broker: {broker_words}; the TLS clients set security.protocol=SSL and "
+        "ssl.ca.location (the broker's certificate "
         f"is verified). Negotiated: {suite}, with Python's default client context.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values "
         f"(produce_batch's dicts also carry one header and partition=0), {args.chunk:,} records "
@@ -166,21 +161,28 @@ def main(argv=None) -> None:
         "every round. Timed from the first call to flush() returning; CPU is the contender's "
         "process. The table's broker CPU spans the whole contender process (its connections, "
         "TLS handshakes and warm-up record too); the CPU lines under it count the timed part "
-        "alone, on both sides.",
+        "alone, on both sides."
+        + ("" if JAVA not in contenders else
+           " The Java producer: Kafka's own KafkaProducer with the same records, keys and "
+           "settings (bench/side_by_side_producer.py's java producer; TLS with "
+           "ssl.truststore.type=PEM and the run's CA; its JIT warmed before the clock)."),
         "",
-        "| lane | callbacks | plaintext records/s | TLS records/s | TLS / plaintext | TLS CPU s "
-        "per 1M records | broker CPU s per 1M records, plaintext | broker, TLS |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| lane | callbacks | plaintext records/s | TLS records/s | TLS / plaintext | plaintext "
+        "CPU s per 1M records | TLS CPU s per 1M records | broker CPU s per 1M records, "
+        "plaintext | broker, TLS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name in CONTENDERS:
+    for name in contenders:
         for mode in MODES:
             p_rate, t_rate = rate("plaintext", name, mode), rate("TLS", name, mode)
-            cpu = statistics.median(r["cpu"] for r in results[("TLS", name, mode)]) * 1e6 / n
+            p_cpu, cpu = (statistics.median(r["cpu"] for r in results[(transport, name, mode)])
+                          * 1e6 / n for transport in TRANSPORTS)
             p_broker, t_broker = (
                 statistics.median(r["broker_cpu"] for r in results[(transport, name, mode)])
                 * 1e6 / n for transport in TRANSPORTS)
             lines.append(f"| {name} | {'yes' if mode else 'no'} | {p_rate / 1e6:.2f} M | "
-                         f"{t_rate / 1e6:.2f} M | {t_rate / p_rate:.2f} | {cpu:.2f} | "
+                         f"{t_rate / 1e6:.2f} M | {t_rate / p_rate:.2f} | {p_cpu:.2f} | "
+                         f"{cpu:.2f} | "
                          f"{p_broker:.2f} | {t_broker:.2f} |")
     lines.append("")
     confluent = [name for name in CONTENDERS if name.startswith("confluent")]
@@ -192,6 +194,15 @@ def main(argv=None) -> None:
                 f"- {transport}, {mode_words(mode)}: kip produce_batch / confluent "
                 "produce_batch per round " + ", ".join(f"{r:.2f}x" for r in ratios)
                 + f"; median {median:.2f}x (target 2x: {'met' if median >= 2 else 'NOT met'}).")
+            if JAVA in contenders:
+                for name, target in (("kip produce_arrays", 3.0), ("kip produce_batch", 1.5)):
+                    ratios = per_round(transport, name, mode, JAVA)
+                    median = statistics.median(ratios)
+                    lines.append(
+                        f"- {transport}, {mode_words(mode)}: {name} / java producer per round "
+                        + ", ".join(f"{r:.2f}x" for r in ratios) + f"; median {median:.2f}x "
+                        f"(issue 43's target {target}x: "
+                        f"{'met' if median >= target else 'NOT met'}).")
         # produce_arrays against confluent's best lane of the same round, whichever lane and
         # way of calling it was (the fastest confluent run of the round).
         best = []
@@ -230,7 +241,7 @@ def main(argv=None) -> None:
     if args.write:
         from results_file import replace_section
 
-        replace_section(args.write, HEADING, section)
+        replace_section(args.write, heading, section)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ missing; under ``CI=true`` that is an error instead, so CI cannot pass by skippi
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,17 +35,8 @@ import kafka_jars  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402
 
 
-def _require_kafka() -> None:
-    reason = kafka_jars.missing()
-    if reason is None:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"Apache Kafka is required in CI: {reason}", pytrace=False)
-    pytest.skip(f"Apache Kafka tests need {reason}")
-
-
 def _start(root: Path, nodes: int, **kw) -> KafkaCluster:
-    _require_kafka()
+    kafka_jars.require_in_tests()
     cluster = KafkaCluster(root, nodes, **kw)
     try:
         cluster.start()

@@ -6,7 +6,11 @@ Only the sizes differ from the documented commands (a few thousand records, one 
 script that breaks (a renamed API, a missing package, a contender that loses records) fails
 here rather than in the next session's benchmark run. The Spark benchmark is left to
 test_bench_commands.py: one Spark session costs more than all of these together, and the Spark
-tests start the same source and sink."""
+tests start the same source and sink.
+
+The Apache Kafka runs (issue 43: ``--broker kafka1``, the Java producer and MirrorMaker 2 as
+lanes) need Java and Kafka's jars, as tests/apache_kafka does: without them they skip with one
+line naming what is missing, except under ``CI=true``, where that fails."""
 
 from __future__ import annotations
 
@@ -39,10 +43,39 @@ RUNS = [
 ]
 
 
+# The same on Apache Kafka (one node): each starts its own cluster, ~10 s of JVM start.
+KAFKA_RUNS = [
+    ("side_by_side_producer.py", ["--records", "2000", "--repeat", "1", "--broker", "kafka1",
+                                  "--contenders", "kip produce_arrays,java producer",
+                                  "--callbacks", "both"],
+     "kip produce_arrays / java producer, without callbacks"),
+]
+
+
+def require_apache_kafka() -> None:
+    sys.path.insert(0, str(ROOT / "tests" / "apache_kafka"))
+    import kafka_jars
+
+    kafka_jars.require_in_tests()
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("script", "args", "expect"), RUNS, ids=[r[0] for r in RUNS])
 def test_benchmark_script_runs_end_to_end(script: str, args: list[str], expect: str,
                                           tmp_path: Path) -> None:
+    run_bench(script, args, expect, tmp_path)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("script", "args", "expect"), KAFKA_RUNS,
+                         ids=[r[0] for r in KAFKA_RUNS])
+def test_benchmark_script_runs_on_apache_kafka(script: str, args: list[str], expect: str,
+                                               tmp_path: Path) -> None:
+    require_apache_kafka()
+    run_bench(script, args, expect, tmp_path)
+
+
+def run_bench(script: str, args: list[str], expect: str, tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
                           capture_output=True, text=True, timeout=280)

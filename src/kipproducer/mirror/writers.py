@@ -232,7 +232,7 @@ class PreserveWriter(Writer):
         mode = self.modes.get(pair.target)
         if mode is None:
             try:
-                mode = self.producer.kip_mode(pair.target)
+                mode = self._ask_mode(pair.target)
             except KafkaException as exc:
                 raise MirrorError(f"the preserve mode cannot write target topic "
                                   f"{pair.target!r}: {error_text(exc)}") from None
@@ -240,6 +240,20 @@ class PreserveWriter(Writer):
             if mode == "emulated":
                 self.emulated.add(pair.target)
         return mode
+
+    def _ask_mode(self, topic: str) -> str:
+        """kip_mode(topic), asked again while the broker asked does not know the topic: the
+        mirror has just created it or seen it, and on a cluster of several brokers a new
+        topic's metadata reaches each broker a moment after the creation is acknowledged."""
+        deadline = time.monotonic() + self.mirror.timeout
+        while True:
+            try:
+                return self.producer.kip_mode(topic)
+            except KafkaException as exc:
+                if (kafka_error_of(exc).code() != KafkaError.UNKNOWN_TOPIC_OR_PART
+                        or time.monotonic() > deadline):
+                    raise
+            time.sleep(0.1)
 
     def needs_records(self, pairs: list[TopicPair]) -> bool:
         """Whether these target topics take records rather than whole fetched batches: the
