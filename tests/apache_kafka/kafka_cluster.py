@@ -452,6 +452,23 @@ class KafkaCluster:
             time.sleep(0.2)
         raise TimeoutError(f"{topic}: no leader for every partition in {timeout} s")
 
+    def wait_partition_count_on_every_node(self, topic: str, partitions: int,
+                                           timeout: float = 30.0) -> None:
+        """Until every live node's metadata gives ``topic`` that many partitions (a change
+        reaches the nodes one by one)."""
+        deadline = time.monotonic() + timeout
+        for node in self.nodes.values():
+            if not node.alive:
+                continue
+            probe = AdminClient({"bootstrap.servers": node.address(), **QUIET})
+            while True:
+                tm = probe.list_topics(topic, timeout=5).topics.get(topic)
+                if tm is not None and tm.error is None and len(tm.partitions) == partitions:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"node {node.node_id}: {topic} not at {partitions} partitions in {timeout} s")
+                time.sleep(0.1)
+
     def wait_leader_not(self, topic: str, partition: int, node_id: int,
                         timeout: float = 30.0) -> int:
         deadline = time.monotonic() + timeout

@@ -162,6 +162,9 @@ def test_a_partition_count_change_refuses_every_condition(kafka3: KafkaCluster) 
         err, _, offset = produced(p, topic, b"k", b"1", KEY_ABSENT)
         assert err is None
         kafka3.admin().create_partitions([NewPartitions(topic, 4)])[topic].result(60)
+        # a change is one once the metadata shows it: until then every node answers 2, and a
+        # record partitioned with 2 goes where it always did
+        kafka3.wait_partition_count_on_every_node(topic, 4)
         for _ in range(2):  # whether the producer still partitions with 2 or already with 4
             err = produced(p, topic, b"k", b"2", offset)[0]
             assert err.code() == ec.PARTITION_COUNT_MISMATCH, err
