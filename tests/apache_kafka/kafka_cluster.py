@@ -179,7 +179,7 @@ class KafkaCluster:
         self.close()
 
     def start(self) -> None:
-        self.cluster_id = self._tool_output("kafka.tools.StorageTool", "random-uuid").strip()
+        self.cluster_id = self.tool("kafka.tools.StorageTool", "random-uuid").strip()
         for node in self.nodes.values():
             node.root.mkdir(parents=True, exist_ok=True)
             node.config_path.write_text(_properties(self._server_properties(node)))
@@ -189,8 +189,7 @@ class KafkaCluster:
         self.wait_ready(set(self.nodes))
 
     def close(self) -> None:
-        if self._admin is not None:
-            self._admin = None
+        self._admin = None
         for node in self.nodes.values():
             if node.alive:
                 assert node.proc is not None
@@ -281,7 +280,7 @@ class KafkaCluster:
         for user, password in self.security.scram_users.items():
             for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
                 args += ["--add-scram", f"{mech}=[name={user},password={password}]"]
-        self._tool_output("kafka.tools.StorageTool", *args)
+        self.tool("kafka.tools.StorageTool", *args)
 
     # -- processes --------------------------------------------------------------------
 
@@ -550,7 +549,4 @@ class KafkaCluster:
             raise RuntimeError(f"{main} {' '.join(args)} exited {proc.returncode}:\n"
                                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc.stdout
-
-    def _tool_output(self, main: str, *args: str) -> str:
-        return self.tool(main, *args)
 

@@ -356,15 +356,20 @@ class Engine:
                     # A leader killed is named by the metadata until the cluster fences it
                     # (seconds on Kafka): ask again until the partition has a leader that
                     # answers, as a send to it would.
-                    if isinstance(exc, BrokerAuthenticationError):
-                        raise LookupError(AUTHENTICATION, str(exc)) from None
-                    if time.monotonic() > deadline:
-                        raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
-                    await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                    await self._lookup_retry(exc, deadline)
                     with contextlib.suppress(BrokerConnectionError, OSError):
                         await self.cluster.refresh([topic])
             out.append(all(conn.supports_feature(name) for name in features))
         return out
+
+    async def _lookup_retry(self, exc: BaseException, deadline: float) -> None:
+        """After a connection error of a metadata lookup: LookupError where asking again
+        cannot help (authentication) or the time is up, else the retry backoff."""
+        if isinstance(exc, BrokerAuthenticationError):
+            raise LookupError(AUTHENTICATION, str(exc)) from None
+        if time.monotonic() > deadline:
+            raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
+        await asyncio.sleep(self.config.retry_backoff_ms / 1000)
 
     async def _partition_count(self, topic: str, timeout: float) -> int:
         deadline = time.monotonic() + timeout
@@ -385,12 +390,8 @@ class Engine:
             try:
                 await self.cluster.refresh([topic])
             except (BrokerConnectionError, OSError) as exc:
-                if isinstance(exc, BrokerAuthenticationError):  # asking again cannot help
-                    raise LookupError(AUTHENTICATION, str(exc)) from None
                 # A connection lost mid-request is no answer: ask again, as librdkafka does.
-                if time.monotonic() > deadline:
-                    raise LookupError(KafkaError._TRANSPORT, str(exc)) from None
-                await asyncio.sleep(self.config.retry_backoff_ms / 1000)
+                await self._lookup_retry(exc, deadline)
                 continue
             meta = self.cluster.topics.get(topic)
             code = meta.error_code if meta is not None else ec.UNKNOWN_TOPIC_OR_PARTITION
