@@ -3,7 +3,8 @@ processes, one killed -9 mid-stream twice, and between the two kills the node le
 output topic's partition 0 killed -9 too (back 5 s later). The scenario and its checks are
 tests/producer/groups_kill_scenario.py's (the reference broker runs the same one):
 transactional mode exactly once and in order for a read_committed reader, at-least-once
-mode nothing missing, and no source partition produced by two members in one generation."""
+mode (idempotent members) nothing missing and no duplicate within one owner, and no source
+partition produced by two members in one generation."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ def test_members_and_a_node_killed(kafka3: KafkaCluster, mode: str, tmp_path: Pa
         restarted.append(timer)
 
     try:
+        # idempotent: the node killed loses acknowledgements (see kill_members_twice)
         kill_members_twice(kafka3.bootstrap, mode, tmp_path, between_kills=kill_a_node,
-                           topic=topic)
+                           topic=topic, idempotent=True)
     finally:
         for timer in restarted:
             timer.join(120)

@@ -9,6 +9,8 @@ listener. A wrong password and an untrusted CA get one clear error, never a hang
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
 
@@ -103,3 +105,24 @@ def test_an_untrusted_certificate_is_one_clear_error(secured: KafkaCluster,
     conf = {**listener_config(secured, "tls"), "ssl.ca.location": str(other)}
     message = _refused(conf, secured.unique_topic("sec-untrusted"))
     assert "certificate" in message.lower(), message
+
+
+@pytest.mark.parametrize("claims", ["expired", "issued-in-the-future"])
+def test_a_refused_token_is_one_clear_error(secured: KafkaCluster, claims: str) -> None:
+    """Kafka refuses an OAUTHBEARER token with a JSON error in the SaslAuthenticate answer,
+    not an error code: the engine ends that exchange and names the refusal (before, it went
+    on as if logged in and every later request was answered ILLEGAL_SASL_STATE)."""
+    now = time.time()
+    life = {"expired": (now - 100, now - 10), "issued-in-the-future": (now + 60, now + 3600)}
+    iat, exp = life[claims]
+
+    def b64(obj: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+    token = f"{b64({'alg': 'none'})}.{b64({'sub': 'admin', 'iat': iat, 'exp': exp})}."
+    conf = {k: v for k, v in listener_config(secured, "oauthbearer").items()
+            if not k.startswith(("enable.sasl", "sasl.oauthbearer"))}
+    conf["oauth_cb"] = lambda _config: (token, now + 3600)
+    message = _refused(conf, secured.unique_topic("sec-token"))
+    assert "_AUTHENTICATION" in message and "refused the token" in message, message
+    assert "invalid_token" in message and "ILLEGAL_SASL_STATE" not in message, message

@@ -8,6 +8,10 @@ each kill), and ``between_kills`` (a node killed, say) runs after the first kill
   its partition changed owner;
 - both: no source partition is produced by two members in one generation.
 
+With a node killed, at-least-once members need ``idempotent``: without it a batch the dead
+leader wrote but never acknowledged is written again by the retry, a duplicate run within one
+owner (librdkafka's retries do the same), which is the producer's doing, not the group's.
+
 A killed member's open transaction holds the last stable offset of its partitions back until
 the broker aborts it (transaction.timeout.ms, 10 s in the workers): read_committed readers,
 this scenario's included, see the records after it only then, as on any Kafka.
@@ -61,7 +65,7 @@ def committed(bootstrap: str, group: str) -> dict[int, int]:
 
 def kill_members_twice(bootstrap: str, mode: str, tmp_path: Path, *,
                        between_kills: Callable[[], None] | None = None,
-                       topic: str | None = None) -> None:
+                       topic: str | None = None, idempotent: bool = False) -> None:
     topic = topic or create_topic(bootstrap, unique("pg-kill"), COUNT)
     group = unique("pg-kill")
     stop = tmp_path / "stop"
@@ -73,7 +77,8 @@ def kill_members_twice(bootstrap: str, mode: str, tmp_path: Path, *,
         logs.append(log)
         workers[name] = subprocess.Popen(
             [sys.executable, str(WORKER), bootstrap, group, mode, topic, str(COUNT),
-             str(TOTAL), name, str(stop)], stdout=log, stderr=subprocess.STDOUT)
+             str(TOTAL), name, str(stop), *(["idempotent"] if idempotent else [])],
+            stdout=log, stderr=subprocess.STDOUT)
 
     def progress() -> int:
         return sum(v + 1 for v in committed(bootstrap, group).values())

@@ -1,11 +1,12 @@
 """One producer-group member process for test_producer_groups_kill.py.
 
-    python groups_worker.py BOOTSTRAP GROUP MODE TOPIC COUNT TOTAL NAME STOP_FILE
+    python groups_worker.py BOOTSTRAP GROUP MODE TOPIC COUNT TOTAL NAME STOP_FILE [idempotent]
 
 Loads a deterministic source: source partition p is the sequence 0..TOTAL-1; each record goes
 to partition p of TOPIC with value ``p:seq:NAME:generation`` and the position is the last seq
 sent. MODE is ``transactional`` (records and positions in one transaction) or
-``at-least-once`` (commit_positions after the records). Runs until STOP_FILE exists.
+``at-least-once`` (commit_positions after the records; ``idempotent``: with
+enable.idempotence). Runs until STOP_FILE exists.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def main() -> int:
             "source.partition.count": count, "session.timeout.ms": 6000,
             "max.alive.interval.ms": 8000, "client.id": name, "linger.ms": 2}
     txn = mode == "transactional"
+    if sys.argv[9:] == ["idempotent"]:
+        conf["enable.idempotence"] = True
     if txn:
         conf["transactional.id"] = f"{group}-{name}"
         conf["transaction.timeout.ms"] = 10_000  # a killed member's transaction: aborted soon

@@ -4,6 +4,7 @@ re-authentication on a long-lived connection; librdkafka's own OAUTHBEARER again
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -21,6 +22,7 @@ from kipproducer.sasl.oauthbearer import (
     client_message,
     parse_client_message,
     parse_unsecured_config,
+    unb64url,
     unsecured_token,
     validate_unsecured,
 )
@@ -47,6 +49,10 @@ def test_unsecured_tokens_and_messages():
     assert config == UnsecuredConfig("alice", 60, ("a", "b"), extensions={"x": "1"})
     token, expiry = unsecured_token(config, now=1000.0)
     assert expiry == 1060.0 and token.endswith(".")
+    # iat in whole seconds, never after the clock: Kafka refuses an iat later than its clock
+    # in whole ms, which a fractional one is when checked within the same millisecond
+    fractional, _ = unsecured_token(config, now=1000.9996)
+    assert json.loads(unb64url(fractional.split(".")[1]))["iat"] == 1000
     assert validate_unsecured(token, now=1001.0).principal == "alice"
     with pytest.raises(AuthenticationFailed, match="expired"):
         validate_unsecured(token, now=1060.0)

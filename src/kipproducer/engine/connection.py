@@ -29,6 +29,7 @@ a fresh token, then the held requests follow in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -305,7 +306,20 @@ class BrokerConnection:
             except TokenError as exc:
                 raise BrokerAuthenticationError(
                     f"SASL/OAUTHBEARER with {where}: no token: {exc}") from None
-            await self._sasl_step(version, client_message(token.value, token.extensions), where)
+            challenge = await self._sasl_step(
+                version, client_message(token.value, token.extensions), where)
+            if challenge:
+                # A refused token is answered with a JSON error, not an error code; the
+                # exchange then ends with the client's lone 0x01 (RFC 7628 section 3.2.3),
+                # after which the broker closes the connection. Sending anything else would
+                # be answered ILLEGAL_SASL_STATE.
+                with contextlib.suppress(BrokerConnectionError):
+                    await self.request(SASL_AUTHENTICATE, version, build_request(
+                        SASL_AUTHENTICATE, version, auth_bytes=b"\x01"))
+                raise BrokerAuthenticationError(
+                    f"SASL/OAUTHBEARER with {where}: the broker refused the token: "
+                    f"{challenge.decode('utf-8', 'replace')} (check the token's exp, iat, "
+                    "scope and principal claims against the broker's validator)")
         elif sasl.mechanism == PLAIN:
             await self._sasl_step(version, plain_token(sasl.username, sasl.password), where)
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -117,8 +118,10 @@ def unsecured_token(config: UnsecuredConfig, now: float | None = None) -> tuple[
     """(an unsecured JWT, its expiry in seconds since the epoch)."""
     issued = time.time() if now is None else now
     expiry = issued + config.life_seconds
+    # iat in whole seconds: Kafka's validator refuses an iat later than its clock in whole
+    # milliseconds, which a fractional iat is when the broker checks within the same ms.
     claims: dict[str, object] = {config.principal_claim: config.principal,
-                                 "iat": issued, "exp": expiry}
+                                 "iat": math.floor(issued), "exp": expiry}
     if config.scope:
         claims[config.scope_claim] = list(config.scope)
     header = _b64(json.dumps({"alg": "none"}).encode())

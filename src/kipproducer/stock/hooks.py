@@ -94,8 +94,9 @@ def _leaders_native(engine: Any, topic: str) -> bool:
                                                  FEATURE_PRODUCE_CONDITIONAL))
     except LookupError as exc:
         code = exc.args[0]
+        detail = f" ({exc.args[1]})" if len(exc.args) > 1 else ""
         raise KafkaException(KafkaError(code, f"topic {topic!r}: "
-                                        f"{KafkaError(code).name()}")) from None
+                                        f"{KafkaError(code).name()}{detail}")) from None
     if all(native):
         return True
     if any(native):
