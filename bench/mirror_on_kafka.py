@@ -287,12 +287,21 @@ def last_records(consumer, topic: str, partitions: int) -> dict[int, tuple[bytes
     return out
 
 
+def written(watcher, topic: str, partitions: int) -> bool:
+    """Whether any record is on ``topic`` yet, committed or not."""
+    from confluent_kafka import TopicPartition
+
+    return any(watcher.get_watermark_offsets(TopicPartition(topic, p), timeout=5,
+                                             cached=False)[1] > 0 for p in range(partitions))
+
+
 def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: int,
             expected_last: dict[int, tuple[bytes, bytes]], work_dir: str,
             run: str) -> dict:
     """One MirrorMaker 2 run (see the module doc). Seconds from the JVM's start and from the
-    first record on the target to the last one; its CPU seconds at both points; and the
-    failover group's offsets as its checkpoints translated them."""
+    first record written on the target (committed or not) to the last one readable; its CPU
+    seconds at both points; and the failover group's offsets as its checkpoints translated
+    them."""
     from confluent_kafka import Consumer
 
     kafka = apache_kafka()
@@ -309,6 +318,10 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest",
                          "enable.partition.eof": True, "log_level": 0})
+    # Its high watermarks (read_uncommitted: ListOffsets answers the last stable offset to a
+    # read_committed reader) show the first record written, before its transaction commits.
+    watcher = Consumer({"bootstrap.servers": target.bootstrap, "group.id": f"bench-hw-{run}",
+                        "isolation.level": "read_uncommitted", "log_level": 0})
     with open(log_path, "wb") as log:
         t0 = time.perf_counter()
         proc = subprocess.Popen(
@@ -325,9 +338,9 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
                 raise TimeoutError(f"MirrorMaker 2 did not copy {topic} in {MM2_TIMEOUT_S} s:\n"
                                    + tail(log_path))
             if topic in consumer.list_topics(timeout=5).topics:
-                last = last_records(consumer, topic, partitions)
-                if last and first is None:
+                if first is None and written(watcher, topic, partitions):
                     first, cpu_first = time.perf_counter(), broker_cpu(proc.pid)
+                last = last_records(consumer, topic, partitions)
                 if last == expected_last:
                     done, cpu_done = time.perf_counter(), broker_cpu(proc.pid)
                     break
@@ -339,6 +352,7 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
             time.sleep(0.5)
     finally:
         consumer.close()
+        watcher.close()
         proc.terminate()
         try:
             proc.wait(30)

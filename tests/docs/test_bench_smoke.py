@@ -49,6 +49,9 @@ KAFKA_RUNS = [
                                   "--contenders", "kip produce_arrays,java producer",
                                   "--callbacks", "both"],
      "kip produce_arrays / java producer, without callbacks"),
+    # two 1-node clusters, both shapes, MirrorMaker 2's JVM once per shape: about a minute
+    ("side_by_side_mirror.py", ["--records", "3000", "--repeat", "1", "--broker", "kafka1"],
+     "kip mirror transactional / MirrorMaker 2"),
 ]
 
 
