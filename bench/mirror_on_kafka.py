@@ -295,15 +295,10 @@ def written(watcher, topic: str, partitions: int) -> bool:
                                              cached=False)[1] > 0 for p in range(partitions))
 
 
-def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: int,
-            expected_last: dict[int, tuple[bytes, bytes]], work_dir: str,
-            run: str) -> dict:
-    """One MirrorMaker 2 run (see the module doc). Seconds from the JVM's start and from the
-    first record written on the target (committed or not) to the last one readable; its CPU
-    seconds at both points; and the failover group's offsets as its checkpoints translated
-    them."""
-    from confluent_kafka import Consumer
-
+def start_mm2(source: BenchBroker, target: BenchBroker, topic: str, work_dir: str,
+              run: str) -> tuple[subprocess.Popen, str]:
+    """A dedicated MirrorMaker 2 copying ``topic`` (mm2_properties), in a JVM of its own
+    logging to a file in ``work_dir``: its process and its log's path."""
     kafka = apache_kafka()
     from kafka_jars import classpath, java
 
@@ -314,6 +309,33 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
     with open(log4j, "w") as f:
         f.write(kafka.TOOL_LOG4J2)
     log_path = os.path.join(work_dir, f"mm2-{run}.log")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [java() or "java", *MM2_HEAP, *kafka.JVM_FLAGS,
+             f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath(),
+             "org.apache.kafka.connect.mirror.MirrorMaker", config_path],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return proc, log_path
+
+
+def stop_mm2(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(30)
+
+
+def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: int,
+            expected_last: dict[int, tuple[bytes, bytes]], work_dir: str,
+            run: str) -> dict:
+    """One MirrorMaker 2 run (see the module doc). Seconds from the JVM's start and from the
+    first record written on the target (committed or not) to the last one readable; its CPU
+    seconds at both points; and the failover group's offsets as its checkpoints translated
+    them."""
+    from confluent_kafka import Consumer
+
     consumer = Consumer({"bootstrap.servers": target.bootstrap, "group.id": f"bench-poll-{run}",
                          "isolation.level": "read_committed", "enable.auto.commit": False,
                          "auto.offset.reset": "earliest",
@@ -322,13 +344,8 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
     # read_committed reader) show the first record written, before its transaction commits.
     watcher = Consumer({"bootstrap.servers": target.bootstrap, "group.id": f"bench-hw-{run}",
                         "isolation.level": "read_uncommitted", "log_level": 0})
-    with open(log_path, "wb") as log:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(
-            [java() or "java", *MM2_HEAP, *kafka.JVM_FLAGS,
-             f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath(),
-             "org.apache.kafka.connect.mirror.MirrorMaker", config_path],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    t0 = time.perf_counter()
+    proc, log_path = start_mm2(source, target, topic, work_dir, run)
     try:
         first = cpu_first = None
         while True:
@@ -353,12 +370,7 @@ def run_mm2(source: BenchBroker, target: BenchBroker, topic: str, partitions: in
     finally:
         consumer.close()
         watcher.close()
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
+        stop_mm2(proc)
     return {"seconds": done - first, "whole_seconds": done - t0, "cpu": cpu_done - cpu_first,
             "whole_cpu": cpu_done, "translated": translated}
 

@@ -40,6 +40,8 @@ RUNS = [
      "tansu"),
     ("side_by_side_gaps.py", ["--records", "1000", "--run", "100", "--repeat", "1",
                               "--brokers", "standin"], "ms/gap"),
+    ("side_by_side_mirror_lag.py", ["--broker", "kip", "--rate", "500", "--seconds", "2",
+                                    "--repeat", "1"], "| kip mirror preserve |"),
 ]
 
 

@@ -14,6 +14,7 @@ back with a stock librdkafka consumer:
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -136,6 +137,41 @@ def test_transactional_exactly_once(source, target, topics):
                   f"{topics['prefix']}\\..*", mode="transactional", group=group,
                   rename=rename, progress=False).run(once=True)
     assert more["records"] == 0
+
+
+def test_transactional_caught_up_commits_without_waiting_for_the_interval(source, target):
+    """A live copy that has read every source partition to its end commits what it read at
+    once: with a commit interval of 10 minutes, records written while it runs are readable
+    (read_committed) on the target long before that (before, they waited the interval)."""
+    topic = create(source, unique("live"), PARTITIONS)
+    fill(source, topic, 30)
+    mirror = Mirror(source.bootstrap_servers, target.bootstrap_servers, topic,
+                    mode="transactional", group=unique("live"), rename="live.{topic}",
+                    progress=False, commit_interval_ms=600_000)
+    worker = threading.Thread(target=mirror.run, daemon=True)
+    worker.start()
+    try:
+        for expected, more in ((30, 0), (60, 30)):
+            if more:
+                fill(source, topic, more, start=1_000)
+            deadline = time.monotonic() + 60
+            while True:
+                got = read(target.bootstrap_servers, "live." + topic, PARTITIONS) \
+                    if topic_exists(target, "live." + topic) else {}
+                if sum(len(rows) for rows in got.values()) == expected:
+                    break
+                assert time.monotonic() < deadline, f"{expected} records not committed: {got}"
+                time.sleep(0.2)
+        assert worker.is_alive() and mirror.metrics.transactions >= 2
+    finally:
+        mirror.stop()
+        worker.join(60)
+
+
+def topic_exists(broker, topic: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    return topic in admin.list_topics(timeout=10).topics
 
 
 def test_transactional_starts_from_the_source_group(source, target, topics):

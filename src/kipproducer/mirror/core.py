@@ -166,7 +166,8 @@ class Mirror:
                     self._fetch_round()
                 else:
                     self._round()
-                self.writer.maybe_commit()
+                self.writer.maybe_commit(
+                    caught_up=bool(self.assigned) and self.at_end >= set(self.assigned))
                 self.metrics.tick()
                 if once and self.assigned and self.at_end >= set(self.assigned) \
                         and self.writer.idle():

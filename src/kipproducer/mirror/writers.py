@@ -48,6 +48,9 @@ log = logging.getLogger("kipproducer.mirror")
 #: Records in one target transaction at the most (a commit also happens every
 #: commit_interval_ms).
 MAX_TRANSACTION_RECORDS = 200_000
+#: A copy caught up with its source commits what it read at once, but transactions at most
+#: this often (seconds): a trickle of records does not become a transaction per record.
+CAUGHT_UP_COMMIT_S = 0.02
 #: Offsets below an emulated target's log end compared with the source when a preserve
 #: mirror starts (a killed predecessor's aborted transaction is right at the end).
 TAIL_CHECK = 64
@@ -151,7 +154,9 @@ class Writer:
                 last_ts = b.max_timestamp
         return records, size, last_offset, last_ts
 
-    def maybe_commit(self) -> None:
+    def maybe_commit(self, caught_up: bool = False) -> None:
+        """Called after every read round; ``caught_up``: every source partition was read to
+        its end."""
         raise NotImplementedError
 
     def idle(self) -> bool:
@@ -440,7 +445,7 @@ class PreserveWriter(Writer):
         else:
             self.errors.append(f"writing {where}: {err.str()}")
 
-    def maybe_commit(self) -> None:
+    def maybe_commit(self, caught_up: bool = False) -> None:
         self.producer.poll(0)
         if self.errors:
             raise MirrorError(self.errors[0])
@@ -639,12 +644,16 @@ class TransactionalWriter(Writer):
         if err is not None:
             self.failed.append(err)
 
-    def maybe_commit(self, force: bool = False) -> None:
+    def maybe_commit(self, caught_up: bool = False, *, force: bool = False) -> None:
         self.producer.poll(0)
         if not self.in_transaction:
             return
+        # Caught up with the source (a live copy): what was read commits now rather than at
+        # the interval, which is for a copy that is behind (fewer, bigger transactions).
+        age = time.monotonic() - self.began
         if not force and self.records < MAX_TRANSACTION_RECORDS and \
-                time.monotonic() - self.began < self.mirror.commit_interval_s:
+                age < self.mirror.commit_interval_s and \
+                not (caught_up and age >= CAUGHT_UP_COMMIT_S):
             return
         pairs = self.mirror.assigned
         offsets = [TopicPartition(pairs[key].target, key[1], nxt)
