@@ -218,7 +218,13 @@ class Mirror:
     def _round(self) -> None:
         by_partition: dict[tuple[str, int], list] = {}
         eof_at: dict[tuple[str, int], int] = {}  # where the reader met a partition's end
-        for msg in self.consumer.consume(CONSUME_BATCH, 0.1):
+        # consume(n, timeout) waits for n messages or the timeout: a live copy's trickle would
+        # wait the whole 100 ms every round. One message (at once when one is there), then
+        # whatever else is already fetched, without waiting.
+        messages = self.consumer.consume(1, 0.1)
+        if messages:
+            messages += self.consumer.consume(CONSUME_BATCH - 1, 0)
+        for msg in messages:
             error = msg.error()
             if error is not None:
                 key = (msg.topic(), msg.partition())
