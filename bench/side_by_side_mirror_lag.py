@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import struct
 import subprocess
@@ -227,6 +228,9 @@ def main(argv=None) -> None:
     if args.one:
         run_kip_lane(*args.one)
         return
+    # A bench stopped with SIGTERM still stops its clusters and MirrorMaker 2 (the finally
+    # clauses), rather than leaving their JVMs running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     lanes = [TRANSACTIONAL, TRANSACTIONAL_FAST, PRESERVE] + ([MM2] if BROKERS[args.broker]
                                                              else [])
     results: dict[str, list[dict]] = {lane: [] for lane in lanes}
