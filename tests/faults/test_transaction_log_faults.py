@@ -62,6 +62,32 @@ def txn_producer(bootstrap: str, transactional_id: str) -> Producer:
                      "linger.ms": 0})
 
 
+def ready(bootstrap: str, transactional_id: str) -> Producer:
+    """A transactional producer after init_transactions (which fences older instances)."""
+    producer = txn_producer(bootstrap, transactional_id)
+    producer.init_transactions(TIMEOUT_S)
+    return producer
+
+
+def init_code(bootstrap: str, transactional_id: str | None) -> int:
+    """The error code of one InitProducerId (v4) for ``transactional_id``."""
+    client = RawClient(bootstrap)
+    try:
+        return client.request(INIT_PRODUCER_ID, 4, transactional_id=transactional_id,
+                              transaction_timeout=60_000, producer_id=-1,
+                              producer_epoch=-1).error_code
+    finally:
+        client.close()
+
+
+def broker_with_topic(kip_broker, fiu, prefix: str, config: dict[str, str] | None = None):
+    """A broker under libfiu and a new one-partition topic on it."""
+    broker = kip_broker(wrapper=fiu)
+    topic = unique(prefix)
+    create_topics(broker.bootstrap, {topic: 1}, config)
+    return broker, topic
+
+
 def commit(producer: Producer, topic: str, *values: bytes) -> None:
     producer.begin_transaction()
     for value in values:
@@ -78,11 +104,8 @@ def values(bootstrap: str, topic: str, isolation: str = "read_committed") -> lis
                          ids=["fsync-eio", "write-enospc"])
 def test_a_commit_decision_not_stored_fails_and_is_aborted_after_restart(
         kip_broker, fiu, point: str, error: int) -> None:
-    broker = kip_broker(wrapper=fiu)
-    topic = unique("txn-log-end")
-    create_topics(broker.bootstrap, {topic: 1})
-    first = txn_producer(broker.bootstrap, "tx")
-    first.init_transactions(TIMEOUT_S)
+    broker, topic = broker_with_topic(kip_broker, fiu, "txn-log-end")
+    first = ready(broker.bootstrap, "tx")
     commit(first, topic, b"committed-1")
     first.begin_transaction()
     first.produce(topic, b"never-committed")
@@ -97,8 +120,7 @@ def test_a_commit_decision_not_stored_fails_and_is_aborted_after_restart(
         broker.wait_for_log("transactional id 'tx': storing PrepareCommit failed")
 
     restart_healthy(broker)
-    second = txn_producer(broker.bootstrap, "tx")
-    second.init_transactions(TIMEOUT_S)  # fences the first producer, aborting its transaction
+    second = ready(broker.bootstrap, "tx")  # fences the first producer, aborting its transaction
     commit(second, topic, b"committed-2")
     assert values(broker.bootstrap, topic) == [b"committed-1", b"committed-2"]
     # The refused transaction's record is in the log, aborted (not lost, not committed).
@@ -107,23 +129,16 @@ def test_a_commit_decision_not_stored_fails_and_is_aborted_after_restart(
 
 
 def test_init_producer_id_fails_while_its_state_cannot_be_stored(kip_broker, fiu) -> None:
-    broker = kip_broker(wrapper=fiu)
-    topic = unique("txn-log-init")
-    create_topics(broker.bootstrap, {topic: 1})
+    broker, topic = broker_with_topic(kip_broker, fiu, "txn-log-init")
 
     fail(broker.pid, FSYNC)
     with pytest.raises(KafkaException):
         txn_producer(broker.bootstrap, "a").init_transactions(REFUSED_S)
-    idempotent = RawClient(broker.bootstrap)  # an idempotent producer's InitProducerId too
-    assert idempotent.request(INIT_PRODUCER_ID, 4, transactional_id=None,
-                              transaction_timeout=60_000, producer_id=-1, producer_epoch=-1
-                              ).error_code == ec.COORDINATOR_NOT_AVAILABLE
-    idempotent.close()
+    assert init_code(broker.bootstrap, None) == ec.COORDINATOR_NOT_AVAILABLE  # idempotent too
     fail(broker.pid, FSYNC, on=False)
     broker.wait_for_log("cannot store the next producer id block")
     # Nothing was stored or handed out: the same id initializes once the disk works.
-    a = txn_producer(broker.bootstrap, "a")
-    a.init_transactions(TIMEOUT_S)
+    a = ready(broker.bootstrap, "a")
     commit(a, topic, b"a-1")
 
     fail(broker.pid, FSYNC)
@@ -131,23 +146,20 @@ def test_init_producer_id_fails_while_its_state_cannot_be_stored(kip_broker, fiu
         txn_producer(broker.bootstrap, "b").init_transactions(REFUSED_S)
     fail(broker.pid, FSYNC, on=False)
     broker.wait_for_log("transactional id 'b': storing Empty failed")
+    # The coordinator's log stays offline until the restart, the disk healthy or not.
+    assert init_code(broker.bootstrap, "c") == ec.COORDINATOR_NOT_AVAILABLE
 
     restart_healthy(broker)
-    b = txn_producer(broker.bootstrap, "b")
-    b.init_transactions(TIMEOUT_S)
+    b = ready(broker.bootstrap, "b")
     commit(b, topic, b"b-1")
-    a_again = txn_producer(broker.bootstrap, "a")
-    a_again.init_transactions(TIMEOUT_S)
+    a_again = ready(broker.bootstrap, "a")
     commit(a_again, topic, b"a-2")
     assert values(broker.bootstrap, topic) == [b"a-1", b"b-1", b"a-2"]
 
 
 def test_add_partitions_not_stored_fail_the_transaction(kip_broker, fiu) -> None:
-    broker = kip_broker(wrapper=fiu)
-    topic = unique("txn-log-add")
-    create_topics(broker.bootstrap, {topic: 1})
-    first = txn_producer(broker.bootstrap, "tx")
-    first.init_transactions(TIMEOUT_S)
+    broker, topic = broker_with_topic(kip_broker, fiu, "txn-log-add")
+    first = ready(broker.bootstrap, "tx")
     commit(first, topic, b"committed-1")
 
     first.begin_transaction()
@@ -159,8 +171,7 @@ def test_add_partitions_not_stored_fail_the_transaction(kip_broker, fiu) -> None
     broker.wait_for_log("transactional id 'tx': storing Ongoing failed")
 
     restart_healthy(broker)
-    second = txn_producer(broker.bootstrap, "tx")
-    second.init_transactions(TIMEOUT_S)
+    second = ready(broker.bootstrap, "tx")
     commit(second, topic, b"committed-2")
     assert values(broker.bootstrap, topic) == [b"committed-1", b"committed-2"]
     # The partition was never added, so the producer never sent its record there.
@@ -170,11 +181,8 @@ def test_add_partitions_not_stored_fail_the_transaction(kip_broker, fiu) -> None
 
 def test_a_stored_commit_whose_marker_fails_is_completed_by_the_restart(
         kip_broker, fiu) -> None:
-    broker = kip_broker(wrapper=fiu)
-    topic = unique("txn-log-marker")
-    create_topics(broker.bootstrap, {topic: 1}, {"flush.messages": "1"})
-    producer = txn_producer(broker.bootstrap, "tx")
-    producer.init_transactions(TIMEOUT_S)
+    broker, topic = broker_with_topic(kip_broker, fiu, "txn-log-marker", {"flush.messages": "1"})
+    producer = ready(broker.bootstrap, "tx")
     producer.begin_transaction()
     producer.produce(topic, b"committed-late")
     assert producer.flush(TIMEOUT_S) == 0

@@ -157,8 +157,12 @@ class LogManager:
             )
             self._load()
         except BaseException:
-            self._close_logs()
-            self._release_lock()
+            try:
+                self._close_logs()
+            except StorageError:
+                pass  # logged; the error that stopped the start is the one to raise
+            finally:
+                self._release_lock()
             raise
 
     # -- start-up -------------------------------------------------------------------------------
