@@ -251,6 +251,32 @@ def test_a_failed_write_leaves_no_partial_batch(tmp_path, kit, monkeypatch):
     log.close()
 
 
+def test_a_segment_that_fails_half_created_leaves_no_file(tmp_path, kit, monkeypatch):
+    """open failing (EMFILE) for the new segment's .txnindex, in a roll for a batch with its
+    own, higher offsets (KIP-391): the new segment's empty .log file is removed too. Left,
+    its name would make the log end jump to the batch's offset at the next start."""
+    import errno
+    import os
+
+    log = PartitionLog(tmp_path / "t-0", LogConfig.of(segment_bytes=200))
+    log.append(kit.batch(kit.values(2, size=60)), assign_offsets=True)
+    real_open = os.open
+
+    def no_descriptor(path, flags, mode=0o777, **kwargs):
+        if str(path).endswith(".txnindex"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", no_descriptor)
+    with pytest.raises(LogOfflineError):
+        log.append(kit.batch(kit.values(2, size=60), base_offset=100), assign_offsets=False)
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == ["0" * 20 + ".log"]
+    log = PartitionLog(tmp_path / "t-0", LogConfig.of(segment_bytes=200))
+    assert log.log_end_offset == 2
+    log.close()
+
+
 def test_reads_without_index_entries_walk_the_segment_in_windows(tmp_path, kit):
     # index.interval.bytes larger than the segment: every lookup starts at byte 0.
     log = PartitionLog(tmp_path / "t-0", LogConfig.of(index_interval_bytes=2**31 - 1))

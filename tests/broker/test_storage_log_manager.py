@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 import uuid
 
@@ -168,3 +170,34 @@ def test_producer_ids_come_from_the_data_dir(tmp_path):
     with LogManager(tmp_path, producer_id_block_size=10) as manager:
         second = manager.allocate_producer_id()
     assert first == [0, 1, 2] and second == 10
+
+
+def test_a_topic_change_that_topics_json_cannot_hold_is_not_made(tmp_path, kit, monkeypatch):
+    """rename (the last step of rewriting topics.json) failing with EIO: create, grow,
+    reconfigure and delete each raise StorageError and change nothing, in memory or after
+    a restart; a topic created only in memory would vanish at the restart with its data."""
+    real_replace = os.replace
+
+    def replace(src, dst, **kwargs):
+        if str(dst).endswith("topics.json"):
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        return real_replace(src, dst, **kwargs)
+
+    with LogManager(tmp_path) as manager:
+        manager.create_topic("kept", 1)
+        manager.get_log("kept", 0).append(kit.batch(kit.values(3)), assign_offsets=True)
+        monkeypatch.setattr(os, "replace", replace)
+        for change in (lambda: manager.create_topic("new", 2),
+                       lambda: manager.create_partitions("kept", 3),
+                       lambda: manager.alter_topic_config("kept", {"retention.ms": "1000"}),
+                       lambda: manager.delete_topic("kept")):
+            with pytest.raises(StorageError, match="topics.json"):
+                change()
+        assert {name: info.partitions for name, info in manager.topics().items()} == {"kept": 1}
+        assert manager.topic("kept").config.overrides == {}
+        assert not (tmp_path / "new-0").exists() and not (tmp_path / "kept-1").exists()
+        monkeypatch.undo()
+        manager.get_log("kept", 0).append(kit.batch(kit.values(2)), assign_offsets=True)
+    with LogManager(tmp_path) as manager:
+        assert {name: info.partitions for name, info in manager.topics().items()} == {"kept": 1}
+        assert manager.get_log("kept", 0).log_end_offset == 5

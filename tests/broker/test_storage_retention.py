@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import pytest
 
-from kipproducer.broker.storage import LogConfig, OffsetOutOfRangeError, PartitionLog
+from kipproducer.broker.storage import (
+    LogConfig,
+    LogOfflineError,
+    OffsetOutOfRangeError,
+    PartitionLog,
+)
 
 
 def append_one_per_segment(log, kit, timestamps):
@@ -146,4 +153,36 @@ def test_max_timestamp_offset_picks_the_record_inside_its_batch(tmp_path, kit):
     )
     log.append(kit.batch([(b"d", b"4", 80)]), assign_offsets=True)
     assert log.max_timestamp_offset() == (1, 90)
+    log.close()
+
+
+@pytest.mark.parametrize("change", ["retention", "delete-records"])
+def test_a_log_start_the_state_file_cannot_hold_takes_the_log_offline(
+        tmp_path, kit, monkeypatch, change):
+    """rename failing (EIO) for partition-state.json while retention or DeleteRecords moves
+    the log start: LogOfflineError (KAFKA_STORAGE_ERROR), no segment deleted, and the next
+    open has the log as it was (the old log start, every record)."""
+    directory = tmp_path / "t-0"
+    config = one_batch_segments(kit, retention_ms=1000)
+    log = PartitionLog(directory, config)
+    append_one_per_segment(log, kit, [1000, 2000, 3000, 4000])
+    real_replace = os.replace
+
+    def replace(src, dst, **kwargs):
+        if str(dst).endswith("partition-state.json"):
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        return real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(LogOfflineError):
+        if change == "retention":
+            log.apply_retention(now_ms=3500)
+        else:
+            log.delete_records_before(2)
+    monkeypatch.undo()
+    assert log.offline
+    log.close()
+    log = PartitionLog(directory, config)
+    assert log.log_start_offset == 0
+    assert [r.offset for r in kit.read_all(log)] == [0, 1, 2, 3]
     log.close()

@@ -8,6 +8,7 @@ ENOSPC, libfiu's failures injected into its system calls while it runs.
 from __future__ import annotations
 
 import gc
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,15 @@ def kip_broker(tmp_path: Path) -> Iterator[BrokerFactory]:
     for broker in factory.brokers:
         print(broker.stderr_tail(40))  # shown when the test failed
     factory.close()
+
+
+@pytest.fixture
+def fiu() -> list[str]:
+    """The command prefix that runs the broker under libfiu with remote control (turn its
+    failure points on and off with ``fault_support.fail``)."""
+    if shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None:
+        pytest.skip("libfiu's fiu-run / fiu-ctrl are not installed (apt-get install fiu-utils)")
+    return ["fiu-run", "-x"]
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ consumer does. The ``segment_*`` helpers look at and edit the partition's files.
 
 from __future__ import annotations
 
+import errno
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,21 @@ from kipproducer.records import decode_batches, encode_batch, validate_batch
 INIT_PRODUCER_ID = 22
 TIMEOUT_S = 20.0
 
+# libfiu's failure points (fiu-utils' function list) for the system calls Python's os module
+# makes: os.write, os.fsync, os.open, os.replace and os.pread call exactly these.
+WRITE = "posix/io/rw/write"
+FSYNC = "posix/io/sync/fsync"
+OPEN = "posix/io/oc/open"
+RENAME = "posix/io/dir/rename"
+PREAD = "posix/io/rw/pread"
+
+
+def fail(pid: int, point: str, on: bool = True, *, error: int = errno.EIO) -> None:
+    """Make every call of libfiu's ``point`` in the broker ``pid`` (run under ``fiu-run -x``)
+    fail with ``error`` from now on, or (``on=False``) succeed again."""
+    command = f"enable name={point},failinfo={error}" if on else f"disable name={point}"
+    subprocess.run(["fiu-ctrl", "-c", command, str(pid)], check=True, timeout=10)
+
 
 @dataclass(frozen=True)
 class Sent:
@@ -34,9 +51,11 @@ class Sent:
 class IdempotentWriter:
     """An idempotent producer speaking exact requests: one record per batch, acks=all."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int = 0) -> None:
+    def __init__(self, bootstrap: str, topic: str, partition: int = 0, *,
+                 keys: int | None = None) -> None:
         self.topic = topic
         self.partition = partition
+        self.keys = keys  # record i has key k<i>, or k<i % keys> (for compacted topics)
         self.client = RawClient(bootstrap)
         body = self.client.request(INIT_PRODUCER_ID, 4, transactional_id=None,
                                    transaction_timeout=60000, producer_id=-1, producer_epoch=-1)
@@ -46,7 +65,8 @@ class IdempotentWriter:
         self.t0 = int(time.time() * 1000) - 60_000  # record i has timestamp t0 + i
 
     def batch(self, sequence: int, value: bytes) -> bytes:
-        return encode_batch([(b"k%d" % sequence, value, None, self.t0 + sequence)],
+        key = b"k%d" % (sequence if self.keys is None else sequence % self.keys)
+        return encode_batch([(key, value, None, self.t0 + sequence)],
                             producer_id=self.producer_id, producer_epoch=self.epoch,
                             base_sequence=sequence)
 
@@ -58,12 +78,18 @@ class IdempotentWriter:
     def write(self, count: int, size: int = 40) -> list[Sent]:
         """``count`` more records, each acknowledged (else the test fails)."""
         for _ in range(count):
-            sequence = len(self.acked)
-            value = b"value-%06d-" % sequence + b"x" * size
-            answer = self.send(sequence, value)
+            answer = self.write_one(size)
             assert answer.error_code == ec.NONE, (answer.error_code, answer.error_message)
-            self.acked.append(Sent(sequence, value, answer.base_offset))
         return self.acked
+
+    def write_one(self, size: int = 40):
+        """The next record; its partition response (``acked`` grows when it is a success)."""
+        sequence = len(self.acked)
+        value = b"value-%06d-" % sequence + b"x" * size
+        answer = self.send(sequence, value)
+        if answer.error_code == ec.NONE:
+            self.acked.append(Sent(sequence, value, answer.base_offset))
+        return answer
 
     def reconnect(self, bootstrap: str) -> None:
         self.client.close()
@@ -73,12 +99,21 @@ class IdempotentWriter:
         self.client.close()
 
 
+def restart_healthy(broker) -> None:
+    """A clean stop (exit status 0, also with a partition offline), then a start without
+    libfiu: the disk is healthy again."""
+    assert broker.stop() == 0
+    broker.wrapper = []
+    broker.start()
+
+
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, expect: int | None = None,
-                   quiet_s: float = 1.5, start: int = OFFSET_BEGINNING
-                   ) -> list[tuple[int, bytes]]:
-    """(offset, value) of every record a librdkafka consumer (check.crcs=true) reads from
-    ``start``: until ``expect`` records came, or nothing new came for ``quiet_s``. A consumer
-    error (a CRC failure among them) fails the test."""
+                   quiet_s: float = 1.5, start: int = OFFSET_BEGINNING,
+                   isolation: str = "read_uncommitted") -> list[tuple[int, bytes]]:
+    """(offset, value) of every record a librdkafka consumer (check.crcs=true, with
+    ``isolation`` as its isolation.level) reads from ``start``: until ``expect`` records came,
+    or nothing new came for ``quiet_s``. A consumer error (a CRC failure among them) fails the
+    test."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": unique("fault-reader"),
@@ -86,6 +121,7 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0, *, expect: in
         "check.crcs": True,
         "enable.partition.eof": False,
         "fetch.error.backoff.ms": 100,
+        "isolation.level": isolation,
     })
     try:
         consumer.assign([TopicPartition(topic, partition, start)])

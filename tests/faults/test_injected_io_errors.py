@@ -17,15 +17,17 @@ so every write (or fsync) of the broker fails with EIO while the point is on.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import time
 
 import pytest
 from confluent_kafka import Producer
 from fault_support import (
+    FSYNC,
+    PREAD,
+    WRITE,
     IdempotentWriter,
     batches_on_disk,
+    fail,
     high_watermark,
     read_partition,
     segment_files,
@@ -33,24 +35,6 @@ from fault_support import (
 from integration_support import create_topics, unique
 
 from kipproducer.protocol import error_codes as ec
-
-FSYNC = "posix/io/sync/fsync"
-WRITE = "posix/io/rw/write"
-PREAD = "posix/io/rw/pread"
-EIO = 5
-
-
-@pytest.fixture
-def fiu() -> list[str]:
-    """The command prefix that runs the broker under libfiu with remote control."""
-    if shutil.which("fiu-run") is None or shutil.which("fiu-ctrl") is None:
-        pytest.skip("libfiu's fiu-run / fiu-ctrl are not installed (apt-get install fiu-utils)")
-    return ["fiu-run", "-x"]
-
-
-def fail(pid: int, point: str, on: bool = True) -> None:
-    command = f"enable name={point},failinfo={EIO}" if on else f"disable name={point}"
-    subprocess.run(["fiu-ctrl", "-c", command, str(pid)], check=True, timeout=10)
 
 
 def test_a_failed_fsync_is_never_acknowledged(kip_broker, fiu) -> None:

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from . import handlers as _handlers  # noqa: F401  (registers every API handler)
@@ -26,12 +26,21 @@ from .security.authorizer import AclStore
 from .security.broker_security import BrokerSecurity
 from .security.users import UserStore
 from .server import BrokerServer
+from .storage.errors import StorageError
 from .storage.log_config import LogConfig
 from .storage.log_manager import LogManager
 from .storage.topic_configs import BROKER_SYNONYMS
 from .transactions import TransactionCoordinator
 
 log = logging.getLogger("kipproducer.broker")
+
+
+async def _closing(closed: Awaitable[None], failures: list[Exception]) -> None:
+    """Await a store's close; a disk failure in it is added to ``failures``."""
+    try:
+        await closed
+    except (StorageError, OSError) as exc:
+        failures.append(exc)
 
 
 class Broker:
@@ -143,6 +152,7 @@ class Broker:
                 self.data_dir,
                 broker_defaults=self.config.topic_defaults,
                 compaction_backoff_ms=self.config.log_cleaner_backoff_ms,
+                checkpoint_interval_ms=self.config.log_flush_offset_checkpoint_interval_ms,
             ),
         )
         self.groups = GroupCoordinator(
@@ -189,16 +199,24 @@ class Broker:
             self._maintenance = None
         for server in self.servers:
             await server.stop()
+        # Each store is closed even when one before it fails (a failing disk): the first
+        # failure is raised once all are closed.
+        failures: list[Exception] = []
         if self.transactions is not None:
-            await self.transactions.close()
-            self.transactions = None
+            transactions, self.transactions = self.transactions, None
+            await _closing(transactions.close(), failures)
         if self.groups is not None:
-            await self.groups.close()
-            self.groups = None
+            groups, self.groups = self.groups, None
+            await _closing(groups.close(), failures)
         if self.logs is not None:
             logs, self.logs = self.logs, None
-            await asyncio.get_running_loop().run_in_executor(None, logs.close)
+            await _closing(asyncio.get_running_loop().run_in_executor(None, logs.close),
+                           failures)
         self._started = False
+        if len(failures) == 1:
+            raise failures[0]
+        if failures:
+            raise StorageError("; ".join(str(failure) for failure in failures))
 
     async def _maintenance_loop(self) -> None:
         """flush.ms and compaction every log.flush.scheduler.interval.ms; retention only every

@@ -144,6 +144,14 @@ class BrokerConfig:
             "doc": "how long a compacted partition waits between two cleaner passes",
         },
     )
+    log_flush_offset_checkpoint_interval_ms: int = field(
+        default=60_000,
+        metadata={
+            "name": "log.flush.offset.checkpoint.interval.ms",
+            "doc": "how often each partition's recovery point and log start offset are "
+            "written to its partition-state.json",
+        },
+    )
     # -- transactions (docs/broker.md) --
     transaction_max_timeout_ms: int = field(
         default=900_000,

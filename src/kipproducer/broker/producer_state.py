@@ -53,7 +53,7 @@ from kipproducer.protocol.error_codes import (
 from kipproducer.records import MAX_SEQUENCE, Batch, next_sequence
 
 from .storage.durable_files import read_checked_json, write_checked_json_atomically
-from .storage.errors import DamagedFileError
+from .storage.errors import DamagedFileError, StorageError
 
 log = logging.getLogger("kipproducer.broker.storage")
 
@@ -607,12 +607,19 @@ class ProducerIdAllocator:
             return self._next_id
 
     def allocate(self) -> int:
+        """The next id; StorageError when the next block cannot be stored (a disk fault)."""
         with self._lock:
             if self._next_id >= self._block_end:
                 block_end = self._next_id + self.block_size
-                write_checked_json_atomically(
-                    self.path, {"version": self.VERSION, "next_block_start": block_end}
-                )
+                try:
+                    write_checked_json_atomically(
+                        self.path, {"version": self.VERSION, "next_block_start": block_end}
+                    )
+                except OSError as exc:
+                    # Nothing handed out: the next call tries the same block again.
+                    raise StorageError(
+                        f"cannot store the next producer id block in {self.path}: {exc}"
+                    ) from exc
                 self._block_end = block_end
             producer_id = self._next_id
             self._next_id += 1

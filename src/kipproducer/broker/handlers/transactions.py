@@ -15,6 +15,8 @@ PRODUCER_FENCED.
 
 from __future__ import annotations
 
+import logging
+
 from kipproducer.protocol import build_response
 from kipproducer.protocol import error_codes as ec
 
@@ -37,8 +39,11 @@ from ..security.checks import (
     may_write_transactional_id,
     on_cluster,
 )
+from ..storage.errors import StorageError
 from ..transactions import TransactionCoordinator
 from .common import logs_of
+
+log = logging.getLogger("kipproducer.broker")
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -84,7 +89,12 @@ async def init_producer_id(ctx: RequestContext, body):
     if transactional_id is None:
         # An idempotent producer always gets a fresh id, epoch 0, as Kafka's coordinator does,
         # also when it asks to bump the epoch of its old id (KIP-360).
-        return _init_answer(ctx, ec.NONE, logs_of(ctx).allocate_producer_id(), 0)
+        try:
+            producer_id = logs_of(ctx).allocate_producer_id()
+        except StorageError as exc:  # a disk fault: the client retries
+            log.error("InitProducerId: %s", exc)
+            return _init_answer(ctx, ec.COORDINATOR_NOT_AVAILABLE)
+        return _init_answer(ctx, ec.NONE, producer_id, 0)
     coordinator = _coordinator(ctx)
     if coordinator is None:
         return _init_answer(ctx, ec.COORDINATOR_NOT_AVAILABLE)

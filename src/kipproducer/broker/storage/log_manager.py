@@ -157,8 +157,12 @@ class LogManager:
             )
             self._load()
         except BaseException:
-            self._close_logs()
-            self._release_lock()
+            try:
+                self._close_logs()
+            except StorageError:
+                pass  # logged; the error that stopped the start is the one to raise
+            finally:
+                self._release_lock()
             raise
 
     # -- start-up -------------------------------------------------------------------------------
@@ -258,21 +262,41 @@ class LogManager:
                 self._open_partition(info, partition)
                 opened.append(partition)
         except Exception as exc:
-            # Release every descriptor first (no flush: the files are deleted), so that
-            # removing the directories is possible even when the failure was EMFILE.
-            for partition in opened:
-                partition_log = self._logs.pop((info.name, partition), None)
-                if partition_log is not None:
-                    partition_log.close_handles()
             failed = partitions[len(opened)] if len(opened) < len(partitions) else None
-            for partition in [*opened, *([failed] if failed is not None else [])]:
-                directory = self._partition_dir(info.name, partition)
-                if directory.exists():
-                    self._remove_dir(directory)
+            self._remove_partitions(info, [*opened, *([failed] if failed is not None else [])])
             if isinstance(exc, StorageError):
                 raise
             raise StorageError(
                 f"cannot create partitions of {info.name}: {exc}") from exc
+
+    def _remove_partitions(self, info: TopicInfo, partitions: list[int]) -> None:
+        """Close (without a flush) and remove partitions just created."""
+        # Release every descriptor first, so that removing the directories is possible even
+        # when the failure was EMFILE.
+        for partition in partitions:
+            partition_log = self._logs.pop((info.name, partition), None)
+            if partition_log is not None:
+                partition_log.close_handles()
+        for partition in partitions:
+            directory = self._partition_dir(info.name, partition)
+            try:
+                if directory.exists():
+                    self._remove_dir(directory)
+            except OSError as exc:  # the disk that failed the creation fails this too
+                log.warning("could not remove %s (%s); the next start removes it",
+                            directory, exc)
+
+    def _register(self, info: TopicInfo, new_partitions: range) -> None:
+        """Write ``topics.json`` with ``info``, then take it as the topic's entry. When the
+        file cannot be written, the new partitions are removed again and the topic stays as
+        it was (a topic only in memory would be gone after a restart, with what was
+        acknowledged in it)."""
+        try:
+            self._write_topics({**self._topics, info.name: info})
+        except StorageError:
+            self._remove_partitions(info, list(new_partitions))
+            raise
+        self._topics[info.name] = info
 
     def _remove_dir(self, directory: Path) -> None:
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
@@ -280,21 +304,25 @@ class LogManager:
         fsync_dir(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
 
-    def _write_topics(self) -> None:
-        write_json_atomically(
-            self.data_dir / TOPICS_FILE,
-            {
-                "version": METADATA_VERSION,
-                "topics": {
-                    info.name: {
-                        "topic_id": str(info.topic_id),
-                        "partitions": info.partitions,
-                        "configs": dict(info.config.overrides),
-                    }
-                    for info in self._topics.values()
-                },
+    def _write_topics(self, topics: Mapping[str, TopicInfo]) -> None:
+        """Rewrite ``topics.json`` with ``topics``, before memory changes: a change the file
+        does not hold is refused (StorageError) and not made, so a restart never undoes what
+        a client was told."""
+        document = {
+            "version": METADATA_VERSION,
+            "topics": {
+                info.name: {
+                    "topic_id": str(info.topic_id),
+                    "partitions": info.partitions,
+                    "configs": dict(info.config.overrides),
+                }
+                for info in topics.values()
             },
-        )
+        }
+        try:
+            write_json_atomically(self.data_dir / TOPICS_FILE, document)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.data_dir / TOPICS_FILE}: {exc}") from exc
 
     # -- topics ---------------------------------------------------------------------------------
 
@@ -328,9 +356,7 @@ class LogManager:
             # leaves nothing half-created, and a crash in between leaves only directories that
             # belong to no topic, which the next start removes.
             self._open_partitions(info, range(partitions))
-            self._topics[name] = info
-            self._write_topics()
-            fsync_dir(self.data_dir)
+            self._register(info, range(partitions))
             log.info("created topic %s (%s) with %d partitions", name, info.topic_id, partitions)
             return info
 
@@ -350,17 +376,16 @@ class LogManager:
             if validate_only:
                 return grown
             self._open_partitions(grown, range(info.partitions, total))
-            self._topics[name] = grown
-            self._write_topics()
-            fsync_dir(self.data_dir)
+            self._register(grown, range(info.partitions, total))
             return grown
 
     def delete_topic(self, name: str) -> TopicInfo:
         """DeleteTopics for one topic: its metadata and every file of its partitions."""
         with self._lock:
             info = self.topic(name)
+            self._write_topics(
+                {other: entry for other, entry in self._topics.items() if other != name})
             del self._topics[name]
-            self._write_topics()
             for partition in range(info.partitions):
                 partition_log = self._logs.pop((name, partition), None)
                 self._last_compaction_ms.pop((name, partition), None)
@@ -413,8 +438,8 @@ class LogManager:
         updated = TopicInfo(info.name, info.topic_id, info.partitions, config)
         if validate_only:
             return updated
+        self._write_topics({**self._topics, info.name: updated})
         self._topics[info.name] = updated
-        self._write_topics()
         for partition in range(info.partitions):
             self._logs[(info.name, partition)].update_config(config)
         return updated
@@ -511,9 +536,21 @@ class LogManager:
             raise LogClosedError(f"log manager for {self.data_dir} is closed")
 
     def _close_logs(self) -> None:
+        """Close every partition, also after one failed (a failing disk): StorageError at
+        the end naming how many failed; each failure is logged."""
+        failed = []
         for partition_log in self._logs.values():
-            partition_log.close()
+            try:
+                partition_log.close()
+            except StorageError as exc:
+                log.error("%s", exc)
+                failed.append(partition_log.directory.name)
         self._logs.clear()
+        if failed:
+            raise StorageError(
+                f"{len(failed)} partition logs were not closed cleanly ({', '.join(failed)}): "
+                "see the errors logged; the next start recovers them"
+            )
 
     def close(self) -> None:
         """Close every partition cleanly (flush, indexes, checkpoints) and unlock the dir."""

@@ -29,8 +29,9 @@ created, so a segment with a successor is whole after an OS crash) and on close.
 point is the offset below which everything is known to be fsynced; on open every batch at or
 above it is validated (CRC-32C and records) and the log is cut at the first torn or corrupt
 batch, unless the bad batch is known to have been fsynced (then the partition goes offline
-uncut, see ``LogSegment.recover``). An I/O error in an append or flush takes the partition
-offline (``_writing``). Index files are rebuilt whenever they do not check out.
+uncut, see ``LogSegment.recover``). An I/O error in an append, a flush, a checkpoint, retention
+or compaction takes the partition offline (``_writing``). Index files are rebuilt whenever
+they do not check out.
 
 Thread safety: every public method may be called from any thread. One lock serializes
 appends, reads and the segment list (a read holds it only for its pread, about 40 us per MiB);
@@ -654,8 +655,9 @@ class PartitionLog:
 
     @contextmanager
     def _writing(self, what: str, *, cut: bool = True) -> Iterator[None]:
-        """An append or flush under the lock: an OSError (ENOSPC, EIO, a failed fsync) takes
-        the log offline instead of leaving memory and files apart.
+        """A change of the files under the lock (an append, a flush, a checkpoint, retention,
+        a compaction swap): an OSError (ENOSPC, EIO, EMFILE, a failed fsync, open or rename)
+        takes the log offline instead of leaving memory and files apart.
 
         With ``cut``, the files are first cut back to where they ended before the append:
         nothing of a failed append stays (a partial write, a batch whose fsync failed and so is
@@ -1246,9 +1248,10 @@ class PartitionLog:
                     raise OffsetOutOfRangeError(offset, self._log_start_offset, high_watermark)
                 if offset <= self._log_start_offset:
                     return self._log_start_offset
-                self._log_start_offset = offset
-                doomed = self._take_segments_below_log_start()
-                self._write_state()
+                with self._writing("DeleteRecords", cut=False):
+                    self._log_start_offset = offset
+                    doomed = self._take_segments_below_log_start()
+                    self._write_state()
                 self.producer_state.truncate_head(self._log_start_offset)
             self._delete_segments(doomed, "below the log start offset")
             return offset
@@ -1271,16 +1274,18 @@ class PartitionLog:
                         self._retention_ms_breached(now_ms), self._retention_bytes_breached()
                     )
                 doomed = self._segments[:count] if count else []
+                with self._writing("retention", cut=False):
+                    if doomed:
+                        if count == len(self._segments):
+                            self._roll_locked(self._segments[-1].next_offset)
+                        del self._segments[:count]
+                        self._log_start_offset = max(
+                            self._log_start_offset, self._segments[0].base_offset
+                        )
+                    doomed += self._take_segments_below_log_start()
+                    if doomed:
+                        self._write_state()
                 if doomed:
-                    if count == len(self._segments):
-                        self._roll_locked(self._segments[-1].next_offset)
-                    del self._segments[:count]
-                    self._log_start_offset = max(
-                        self._log_start_offset, self._segments[0].base_offset
-                    )
-                doomed += self._take_segments_below_log_start()
-                if doomed:
-                    self._write_state()
                     self.producer_state.truncate_head(self._log_start_offset)
             self._delete_segments(doomed, "past retention")
             return len(doomed)
@@ -1436,9 +1441,16 @@ class PartitionLog:
             for segment in segments:
                 if not needs_cleaning(segment, rules):
                     continue
-                cleaned = write_cleaned(segment, rules, stats)
-                with self._lock:
-                    self._install_cleaned(segment, cleaned)
+                try:
+                    cleaned = write_cleaned(segment, rules, stats)
+                    with self._lock:
+                        self._install_cleaned(segment, cleaned)
+                except OSError:
+                    # The disk failed the output or the swap (open, write, fsync, rename):
+                    # offline, as after a failed append; the old segment's log file is still
+                    # whole, and a restart removes the unfinished .cleaned file.
+                    with self._lock, self._writing("a compaction pass", cut=False):
+                        raise
         if stats.segments_cleaned:
             log.info(
                 "%s: compacted %d segments, %d records removed (%d tombstones), %d -> %d bytes",
@@ -1461,7 +1473,11 @@ class PartitionLog:
             segment.delete()
             fsync_dir(self.directory)
             return
-        cleaned.install_as(segment)
+        try:
+            cleaned.install_as(segment)
+        except BaseException:
+            cleaned.close()
+            raise
         self._segments[index] = cleaned
 
     # -- producer state ------------------------------------------------------------------------
@@ -1516,7 +1532,8 @@ class PartitionLog:
             if pending and not self._closed:
                 # The recovery point on disk tells a restart which damage is a torn write (cut)
                 # and which is damage to durable data (kept): keep it close to the truth.
-                self._write_state()
+                with self._writing("a flush", cut=False):
+                    self._write_state()
 
     def has_unflushed_data(self) -> bool:
         with self._lock:
@@ -1550,23 +1567,35 @@ class PartitionLog:
         """Persist the log start offset and recovery point (the broker calls it periodically)."""
         with self._lock:
             if not self._closed:
-                self._write_state()
+                with self._writing("a checkpoint", cut=False):
+                    self._write_state()
 
     def close(self) -> None:
-        """Flush, write the indexes, producer snapshot and state, and release the files."""
+        """Flush, write the indexes, producer snapshot and state, and release the files.
+
+        StorageError when the disk fails any of it (the files are released all the same):
+        the next open recovers from the recovery point on disk, as after a crash.
+        """
         with self._maintenance_lock, self._lock:
             if self._closed:
                 return
-            self._flush_locked()
-            for segment in self._segments:
-                segment.flush_indexes()
-            self.producer_state.write_snapshot(
-                self.directory / PRODUCER_SNAPSHOT_FILE, self._segments[-1].next_offset
-            )
-            self._write_state()
-            for segment in self._segments:
-                segment.close()
-            self._closed = True
+            try:
+                self._flush_locked()
+                for segment in self._segments:
+                    segment.flush_indexes()
+                self.producer_state.write_snapshot(
+                    self.directory / PRODUCER_SNAPSHOT_FILE, self._segments[-1].next_offset
+                )
+                self._write_state()
+            except OSError as exc:
+                raise StorageError(
+                    f"partition log {self.directory} was not closed cleanly ({exc}); the next "
+                    "start recovers it from its last recovery point"
+                ) from exc
+            finally:
+                for segment in self._segments:
+                    segment.close()
+                self._closed = True
 
     def close_handles(self) -> None:
         """Release the files without flushing or writing anything, as if the process died.

@@ -147,17 +147,21 @@ class LogSegment:
             path = path.with_name(path.name + CLEANED_SUFFIX)
         flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if cleaned else os.O_EXCL)
         fd = os.open(path, flags, 0o644)
-        segment = cls(
-            directory, base_offset, fd, index_interval_bytes=index_interval_bytes, log_path=path
-        )
-        if not cleaned:
-            # An empty file says "no aborts here"; a missing one says "lost, rebuild it". A
-            # compaction output gets its file when it is installed.
-            try:
+        try:
+            segment = cls(
+                directory, base_offset, fd, index_interval_bytes=index_interval_bytes,
+                log_path=path,
+            )
+            if not cleaned:
+                # An empty file says "no aborts here"; a missing one says "lost, rebuild it". A
+                # compaction output gets its file when it is installed.
                 segment.txn_index.create_empty()
-            except BaseException:
-                segment.close()
-                raise
+        except BaseException:
+            # Not left behind: an empty segment's name is its base offset, which a restart
+            # would take as the log end.
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
         # A new segment has nothing unflushed: its (empty) content is durable once the
         # directory entry is, which the log fsyncs.
         return segment

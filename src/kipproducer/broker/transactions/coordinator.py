@@ -183,10 +183,13 @@ class TransactionCoordinator:
         current = self._txns.get(transactional_id)
         is_new = current is None
         if current is None:
+            producer_id = self._new_producer_id()
+            if producer_id is None:
+                return InitResult(ec.COORDINATOR_NOT_AVAILABLE)
             # Not stored until the epoch bump below is: a failed write leaves nothing behind.
             current = TransactionMetadata(
                 transactional_id=transactional_id,
-                producer_id=self._allocate_producer_id(),
+                producer_id=producer_id,
                 producer_epoch=NO_PRODUCER_EPOCH,
                 timeout_ms=timeout_ms,
                 state=S.EMPTY,
@@ -209,9 +212,12 @@ class TransactionCoordinator:
         now = self.clock_ms()
         if current.is_epoch_exhausted and (expected is None
                                           or expected[1] == current.producer_epoch):
+            producer_id = self._new_producer_id()
+            if producer_id is None:
+                return InitResult(ec.COORDINATOR_NOT_AVAILABLE)
             next_ = current.transit(
                 S.EMPTY,
-                producer_id=self._allocate_producer_id(),
+                producer_id=producer_id,
                 last_producer_id=current.producer_id,
                 producer_epoch=0,
                 last_producer_epoch=(current.producer_epoch if expected is not None
@@ -233,6 +239,15 @@ class TransactionCoordinator:
         log.info("transactional id %r: producer id %d epoch %d", transactional_id,
                  next_.producer_id, next_.producer_epoch)
         return InitResult(ec.NONE, next_.producer_id, next_.producer_epoch)
+
+    def _new_producer_id(self) -> int | None:
+        """A producer id never handed out, or None when the allocator cannot store its next
+        block (a disk fault; the client retries on COORDINATOR_NOT_AVAILABLE)."""
+        try:
+            return self._allocate_producer_id()
+        except StorageError as exc:
+            log.error("InitProducerId: %s", exc)
+            return None
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------------
 
