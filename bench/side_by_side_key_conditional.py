@@ -713,13 +713,15 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
                     for name, default in (("keys", 1000), ("records", 100_000), ("repeat", 3),
                                           ("serial_records", 500), ("conflict_keys", 10),
                                           ("conflict_attempts", 200),
-                                          ("systems", "kip,kafka1,nats"))
+                                          ("systems", "kip,kafka1,nats"),
+                                          ("nats_server", "nats-server"))
                     if getattr(args, name) != default)
     servers = "; ".join(f"{SYSTEMS[s]}: {bench.words[s]}" for s in systems)
     lines = [
         HEADING, "",
         f"Command: `python bench/side_by_side_key_conditional.py{flags}` (median of "
-        f"{args.repeat} rounds, lanes alternating within each round, one process per run).",
+        f"{args.repeat} round{'s' if args.repeat > 1 else ''}, lanes alternating within each "
+        "round, one process per run).",
         f"Machine: {machine()}; the clients and every server share it, on loopback, the "
         f"servers all running for the whole bench, their data {bench.where}. /proc/loadavg "
         f"before: {load0}; after: {load_average()}.",
