@@ -764,12 +764,20 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
                          f"{cpu:.1f} | {server:.1f} | {rate / serial_nats:.2f}x |")
     if "nats" in systems:
         lines.append("")
+        nats_runs = results[("nats", LANES["nats"][0])]
         for system, target in (("kip", 2.0), ("kafka1", 1.0)):
             if system in best:
-                ratio = best[system] / nats_rate
+                # within each round (its lanes ran one after another): the system's best lane
+                # over publish_async, so drift across rounds cancels out
+                ratios = [max(results[(system, lane)][r]["records"]
+                              / results[(system, lane)][r]["seconds"] for lane in LANES[system])
+                          / (run["records"] / run["seconds"])
+                          for r, run in enumerate(nats_runs)]
+                ratio = statistics.median(ratios)
                 lines.append(f"Issue 44's target, {SYSTEMS[system]} >= {target:g}x JetStream "
-                             f"(its best lane vs publish_async): {ratio:.2f}x "
-                             f"({'met' if ratio >= target else 'NOT met'}).")
+                             "(the best lane over publish_async within each round: "
+                             + ", ".join(f"{x:.2f}x" for x in ratios) + f"): median "
+                             f"{ratio:.2f}x ({'met' if ratio >= target else 'NOT met'}).")
     if conflicts:
         lines += ["", f"Conflict run: 2 writers, {args.conflict_keys} aggregates, "
                   f"{args.conflict_attempts} appends each, one at a time, the same keys in the "
