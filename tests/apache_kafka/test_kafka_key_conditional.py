@@ -15,6 +15,10 @@ librdkafka and by Kafka's Java consumer.
 * A partition count change refuses every condition.
 * Kafka's cleaner compacting the partition and removing a tombstone between two writers
   changes no answer.
+* A lost acknowledgement (1 node behind a proxy that cuts the connection at the first byte of
+  the answer: the Produce's, the commit's EndTxn's, and EndTxn's with the node out of reach
+  past the call's timeout): written once; the caller appending it again is refused with its
+  offset and finds its own record there; the writer goes on.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import kafka_jars
+import pytest
 from confluent_kafka import Producer as StockProducer
 from confluent_kafka.admin import NewPartitions
 from kafka_cluster import KafkaCluster
@@ -31,7 +38,14 @@ from kafka_cluster import KafkaCluster
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kip"))
 from emulated_support import DYING_KEYED_WRITER, kill_9_when_open  # noqa: E402
 from kafka_support import rdkafka_read, read_both
-from kip_support import in_threads, one_winner  # noqa: E402
+from kip_support import (  # noqa: E402
+    END_TXN,
+    PRODUCE,
+    ProduceWatchProxy,
+    in_threads,
+    one_winner,
+    wait_until,
+)
 from scenario_support import unique
 
 from kipproducer import Producer
@@ -247,3 +261,71 @@ def test_compaction_and_a_cleaned_tombstone_change_no_answer(kafka3: KafkaCluste
         assert time.monotonic() < deadline, f"Kafka's cleaner did not run: {keys[:40]}"
         time.sleep(1)
     assert answers() == before
+
+
+@pytest.fixture(scope="module")
+def kafka1_behind_proxy(tmp_path_factory: pytest.TempPathFactory
+                        ) -> Iterator[tuple[KafkaCluster, ProduceWatchProxy]]:
+    """1 node whose PLAINTEXT listener is advertised at a proxy that can lose one answer:
+    every client connection after the bootstrap (and the node's own transaction marker
+    requests) pass through it."""
+    kafka_jars.require_in_tests()
+    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka1-proxied"), 1)
+    proxy = ProduceWatchProxy(cluster.nodes[1].ports["PLAINTEXT"])
+    cluster.extra_config["advertised.listeners"] = f"PLAINTEXT://127.0.0.1:{proxy.port}"
+    try:
+        cluster.start()
+        yield cluster, proxy
+    finally:
+        cluster.close()
+        proxy.close()
+
+
+def test_a_retry_after_a_lost_acknowledgement_is_written_once(
+        kafka1_behind_proxy: tuple[KafkaCluster, ProduceWatchProxy]) -> None:
+    """docs/per-key-conditional.md, Retries. The answer to a conditional record's Produce is
+    lost (the record is in the log), then the answer to another one's commit (the commit is
+    made): the writer's idempotent producer asks again at once, Kafka answers with the first
+    attempt (its duplicate check; the commit already made), and the call reports the record
+    written once at its offset. Then a commit's answer is lost and the node stays out of reach
+    past the call's timeout: the call fails with a retriable error, its outcome unknown to the
+    caller. Each time, a caller that appends the same event again is refused with the offset
+    of the first attempt's record, and finds its own record there; the writer goes on."""
+    cluster, proxy = kafka1_behind_proxy
+    topic = cluster.unique_topic("keycond-lost-ack", config=KEEP)
+    bootstrap = f"127.0.0.1:{proxy.port}"
+    short = {"message.timeout.ms": 5000, "socket.timeout.ms": 3000}
+
+    def appended_before(p: Producer, key: bytes, value: bytes) -> int:
+        """Append again (as a caller does while the error is retriable: reconnecting):
+        refused naming the first attempt's record, which holds ``value``."""
+        for _ in range(5):
+            err = produced(p, topic, key, value, KEY_ABSENT, partition=0)[0]
+            if err is None or not err.retriable():
+                break
+        assert err is not None and (err.code(), err.expected) == (
+            KEY_OFFSET_MISMATCH, KEY_ABSENT), err
+        log = rdkafka_read(bootstrap, topic, 1)[0]
+        assert [(k, v) for o, k, v in log if o == err.actual] == [(key, value)]
+        return err.actual
+
+    with emulated(bootstrap, **short) as p:
+        # the probe, the fence and the key index, before any answer is lost
+        assert produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0) == (None, 0, 0)
+        for api, key in ((PRODUCE, b"lost-produce"), (END_TXN, b"lost-commit")):
+            proxy.drop_next_produce_response(api)
+            err, _, offset = produced(p, topic, key, b"event-1", KEY_ABSENT, partition=0)
+            assert proxy.dropped.is_set(), f"the proxy never lost an answer of API {api}"
+            assert err is None, err
+            assert appended_before(p, key, b"event-1") == offset
+        proxy.drop_next_produce_response(END_TXN, refuse_s=8)
+        err = produced(p, topic, b"unknown", b"event-1", KEY_ABSENT, partition=0)[0]
+        assert proxy.dropped.is_set()
+        assert err is not None and err.retriable(), err
+        wait_until(lambda: not proxy.refusing, 30, "the node in reach again")
+        appended_before(p, b"unknown", b"event-1")
+        assert produced(p, topic, b"after", b"event-1", KEY_ABSENT, partition=0)[0] is None
+    log = read_both(cluster, topic, 1)[0]
+    assert [(k, v) for _, k, v in log] == [
+        (b"head", b"0"), (b"lost-produce", b"event-1"), (b"lost-commit", b"event-1"),
+        (b"unknown", b"event-1"), (b"after", b"event-1")]

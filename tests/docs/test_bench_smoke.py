@@ -10,11 +10,14 @@ tests start the same source and sink.
 
 The Apache Kafka runs (issue 43: ``--broker kafka1``, the Java producer and MirrorMaker 2 as
 lanes) need Java and Kafka's jars, as tests/apache_kafka does: without them they skip with one
-line naming what is missing, except under ``CI=true``, where that fails."""
+line naming what is missing, except under ``CI=true``, where that fails. The per-key
+conditional bench (issue 44) also needs the nats-server binary (Debian package
+``nats-server``), and skips with one line without it."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +81,19 @@ def test_benchmark_script_runs_on_apache_kafka(script: str, args: list[str], exp
                                                tmp_path: Path) -> None:
     require_apache_kafka()
     run_bench(script, args, expect, tmp_path)
+
+
+@pytest.mark.timeout(300)
+def test_key_conditional_bench_runs_against_jetstream(tmp_path: Path) -> None:
+    """Every system and lane, the one-at-a-time table and the conflict run, whose judge
+    (nothing lost or duplicated, exactly the expected refusals) fails the script."""
+    if shutil.which("nats-server") is None:
+        pytest.skip("no nats-server on PATH (Debian package nats-server)")
+    require_apache_kafka()
+    run_bench("side_by_side_key_conditional.py",
+              ["--keys", "50", "--records", "200", "--repeat", "1", "--serial-records", "20",
+               "--conflict-keys", "3", "--conflict-attempts", "20"],
+              "| kip emulated, Apache Kafka 1 node | kip produce_arrays |", tmp_path)
 
 
 def run_bench(script: str, args: list[str], expect: str, tmp_path: Path) -> None:

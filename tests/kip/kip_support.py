@@ -5,8 +5,9 @@ not copied). Added here:
 
 * :class:`ProduceWatchProxy`: a :class:`TcpProxy` that follows the Kafka frames in both
   directions: it counts Produce requests, and once armed it drops the response to the next
-  Produce request and cuts that connection, so a batch is in the log while its producer only
-  sees a lost connection.
+  Produce request (or the next request of another API, EndTxn say) and cuts that connection,
+  so a batch is in the log (a transaction committed) while its producer only sees a lost
+  connection.
 * :func:`kip_producer`: a ``kipproducer.Producer`` with test-friendly timings.
 * :func:`race_writer`: one process of the racing conditional writers test.
 """
@@ -40,13 +41,14 @@ from producer_support import (  # noqa: E402
 )
 
 __all__ = [
-    "KipProcess", "ProduceWatchProxy", "Rec", "TansuBroker", "TcpProxy", "create_topic",
-    "KeyReports", "in_threads", "kip_producer", "key_produced", "one_winner", "race_writer",
-    "read_confluent",
+    "END_TXN", "KipProcess", "ProduceWatchProxy", "Rec", "TansuBroker", "TcpProxy",
+    "create_topic", "KeyReports", "in_threads", "kip_producer", "key_produced", "one_winner",
+    "race_writer", "read_confluent",
     "read_kafka_python", "tansu_binary", "unique", "wait_until", "watermarks",
 ]
 
 PRODUCE = 0
+END_TXN = 26
 
 
 def kip_producer(bootstrap: str, **extra: Any):
@@ -116,17 +118,28 @@ class ProduceWatchProxy(TcpProxy):
     unchanged, but its response never reaches the client; the connection is cut at the
     first byte of that response (``dropped`` is set then). The broker handled the request
     in full, so the batch is in the log while the producer only knows the connection died.
+    With ``api_key`` (``END_TXN``, say) the next request of that API instead; with
+    ``refuse_s`` every new connection is also refused (closed at once) for that many seconds
+    after the cut: the broker stays out of reach longer than the client waits.
     """
 
     def __init__(self, target_port: int, port: int = 0) -> None:
         self.produce_requests = 0
         self.dropped = threading.Event()
-        self._armed = False
+        self._armed: int | None = None  # the API whose next response to lose
+        self._refuse_s = 0.0
+        self._refuse_until = 0.0
         super().__init__(target_port, port)
 
-    def drop_next_produce_response(self) -> None:
+    def drop_next_produce_response(self, api_key: int = PRODUCE, refuse_s: float = 0.0) -> None:
         self.dropped.clear()
-        self._armed = True
+        self._refuse_s = refuse_s
+        self._armed = api_key
+
+    @property
+    def refusing(self) -> bool:
+        """Whether new connections are refused now (``refuse_s`` after a cut)."""
+        return time.monotonic() < self._refuse_until
 
     async def _relay(self, reader: asyncio.StreamReader,
                      writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
@@ -137,6 +150,10 @@ class ProduceWatchProxy(TcpProxy):
             writer.transport.abort()
             up_writer.transport.abort()
 
+        if time.monotonic() < self._refuse_until:
+            abort()
+            return
+
         async def requests() -> None:
             frames = _Frames()
             try:
@@ -144,9 +161,9 @@ class ProduceWatchProxy(TcpProxy):
                     for index, api_key in frames.feed(data)[1]:
                         if api_key == PRODUCE:
                             self.produce_requests += 1
-                            if self._armed:
-                                self._armed = False
-                                drop_index.append(index)
+                        if api_key == self._armed:
+                            self._armed = None
+                            drop_index.append(index)
                     up_writer.write(data)  # parsed first: the drop is armed before the answer
                     await up_writer.drain()
             except (OSError, RuntimeError):
@@ -163,6 +180,7 @@ class ProduceWatchProxy(TcpProxy):
                     if cut_at is not None:
                         writer.write(data[:cut_at])  # earlier responses still arrive
                         await writer.drain()
+                        self._refuse_until = time.monotonic() + self._refuse_s
                         self.dropped.set()
                         return
                     writer.write(data)

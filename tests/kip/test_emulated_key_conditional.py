@@ -6,6 +6,7 @@ Read back by librdkafka at read_committed."""
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -37,6 +38,21 @@ from kipproducer.protocol import error_codes as ec
 def stock():
     with EmbeddedBroker(config=STANDIN_CONFIG) as b:
         yield b
+
+
+@contextmanager
+def standin_behind_proxy():
+    """(bootstrap, ProduceWatchProxy): the stand-in advertised at the proxy, so every
+    connection after the bootstrap passes through it and it can lose an answer."""
+    from kip_support import ProduceWatchProxy
+
+    proxy = ProduceWatchProxy(0)
+    try:
+        with EmbeddedBroker(config={**STANDIN_CONFIG, "advertised.port": proxy.port}) as b:
+            proxy.target_port = b.broker.server.port
+            yield b.bootstrap_servers, proxy
+    finally:
+        proxy.close()
 
 
 def read_back(bootstrap: str, topic: str, partitions: int = 1):
@@ -294,26 +310,52 @@ def test_a_zombie_writer_never_commits(stock):
 def test_retry_after_a_lost_acknowledgement_writes_once():
     """The conditional record is in the log but its Produce answer is lost; the writer's
     idempotent producer sends it again and is answered with the first attempt's offset."""
-    from kip_support import ProduceWatchProxy
+    with standin_behind_proxy() as (bootstrap, proxy):
+        topic = keyed_topic(bootstrap, "emk-cut")
+        with emulated_producer(bootstrap, unique("w")) as p:
+            assert key_produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
+            proxy.drop_next_produce_response()
+            assert key_produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)[:3] == (
+                None, 0, 2)
+            err = key_produced(p, topic, b"k", b"twice", KEY_ABSENT, partition=0)[0]
+            assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 2)
+        assert proxy.dropped.is_set(), "the proxy never cut the response"
+        assert [(o, k) for _, o, k, _ in read_back(bootstrap, topic)] == [(0, b"head"),
+                                                                       (2, b"k")]
 
-    proxy = ProduceWatchProxy(0)
-    try:
-        with EmbeddedBroker(config={**STANDIN_CONFIG, "advertised.port": proxy.port}) as b:
-            proxy.target_port = b.broker.server.port
-            bootstrap = b.bootstrap_servers
-            topic = keyed_topic(bootstrap, "emk-cut")
-            with emulated_producer(bootstrap, unique("w")) as p:
-                assert key_produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
-                proxy.drop_next_produce_response()
-                assert key_produced(p, topic, b"k", b"once", KEY_ABSENT, partition=0)[:3] == (
-                    None, 0, 2)
-                err = key_produced(p, topic, b"k", b"twice", KEY_ABSENT, partition=0)[0]
-                assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 2)
-            assert proxy.dropped.is_set(), "the proxy never cut the response"
-            assert [(o, k) for _, o, k, _ in read_back(bootstrap, topic)] == [(0, b"head"),
-                                                                           (2, b"k")]
-    finally:
-        proxy.close()
+
+def test_a_lost_commit_answer_is_recognised_and_the_writer_goes_on():
+    """The answer to the commit (EndTxn) of a conditional append is lost: asked again at
+    once, Kafka answers the commit it already made, and the call reports the record written.
+    Lost while the broker stays out of reach past the call's timeout: the call fails with a
+    retriable error (its outcome unknown); the writer finishes that commit before its next
+    transaction, and appending the same event again is refused naming the first attempt's
+    record, where the caller finds its own. The writer is not stuck: other appends go on."""
+    from kip_support import END_TXN, wait_until
+
+    with standin_behind_proxy() as (bootstrap, proxy):
+        topic = keyed_topic(bootstrap, "emk-lost-commit")
+        short = {"message.timeout.ms": 3000, "socket.timeout.ms": 2000}
+        with emulated_producer(bootstrap, unique("w"), **short) as p:
+            assert key_produced(p, topic, b"head", b"0", KEY_ABSENT, partition=0)[0] is None
+            proxy.drop_next_produce_response(END_TXN)
+            assert key_produced(p, topic, b"a", b"a1", KEY_ABSENT, partition=0)[:3] == (
+                None, 0, 2)
+            assert proxy.dropped.is_set()
+            proxy.drop_next_produce_response(END_TXN, refuse_s=5)
+            err = key_produced(p, topic, b"b", b"b1", KEY_ABSENT, partition=0)[0]
+            assert proxy.dropped.is_set()
+            assert err is not None and err.retriable(), err
+            wait_until(lambda: not proxy.refusing, 20, "the broker in reach again")
+            for _ in range(5):  # as a caller does while the error is retriable (reconnecting)
+                err = key_produced(p, topic, b"b", b"b1", KEY_ABSENT, partition=0)[0]
+                if err is None or not err.retriable():
+                    break
+            assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, 4), err
+            assert key_produced(p, topic, b"c", b"c1", KEY_ABSENT, partition=0)[:3] == (
+                None, 0, 6)
+        assert [(o, k, v) for _, o, k, v in read_back(bootstrap, topic)] == [
+            (0, b"head", b"0"), (2, b"a", b"a1"), (4, b"b", b"b1"), (6, b"c", b"c1")]
 
 
 def test_the_index_topic_gives_the_same_answers_reading_only_the_tail(stock):

@@ -154,6 +154,9 @@ class Emulation:
         self._timeout = timeout_s
         self._configured_id = transactional_id or None
         self._txn: Producer | None = None
+        # what the transactional producer's last transaction was doing when a call gave up on
+        # it ("open", "commit", "abort"; None: ended): finished before its next one
+        self._txn_unfinished: str | None = None
         # the transactional producer starting in the background (a configured id: its fence
         # is under way while the caller prepares its first call); joined before any use
         self._txn_starting: threading.Thread | None = None
@@ -369,21 +372,21 @@ class Emulation:
                 return [(e, None) for e in key_index.record_errors(topic, partition, keys,
                                                                    expected, wrong)]
             start = index.covered
-            producer.begin_transaction()
+            self._begin(producer)
             try:
                 results = self._write(producer, topic, partition, parts)
             except KafkaException:
-                producer.abort_transaction(self._timeout)
+                self._abort(producer)
                 raise
             misplaced = _misplaced(results, start)
             if misplaced is None and self._key_index_topic:
                 try:
                     self._write_snapshot(producer, key, index, keys, results, start, pinned)
                 except KafkaException:
-                    producer.abort_transaction(self._timeout)
+                    self._abort(producer)
                     raise
             if misplaced is None:
-                producer.commit_transaction(self._timeout)
+                self._commit(producer)
                 last = start + len(keys) - 1
                 self._wait_marker(key, last)
                 for i, k in enumerate(keys):
@@ -397,7 +400,7 @@ class Emulation:
                 if reader.log_end(topic, partition) == last + 2:
                     index.covered = last + 2
                 return results
-            producer.abort_transaction(self._timeout)
+            self._abort(producer)
             if isinstance(misplaced, KafkaError):
                 raise KafkaException(misplaced)
             placed = [msg.offset() for err, msg in results if err is None and msg is not None]
@@ -583,7 +586,40 @@ class Emulation:
         self._join_txn_start()
         if self._txn is None:
             self._txn = self._new_txn_producer()
+        if self._txn_unfinished is not None:
+            self._finish_transaction(self._txn)
         return self._txn
+
+    def _finish_transaction(self, producer: Producer) -> None:
+        """End the transaction an earlier call gave up on. A commit whose answer was lost
+        (the call reported a retriable error: its outcome unknown) is asked again: Kafka
+        answers a commit it already made as done, and one it never received is made now,
+        so a caller that appends again finds its first attempt's record either way. Any
+        other transaction left open is aborted. Raises when that fails too (still owed: the
+        next call tries again); until it is ended the producer could begin no other."""
+        if self._txn_unfinished == "commit":
+            try:
+                self._commit(producer)
+            except KafkaException as exc:
+                if not exc.args[0].txn_requires_abort():
+                    raise
+                self._txn_unfinished = "abort"
+        if self._txn_unfinished is not None:
+            self._abort(producer)
+
+    def _begin(self, producer: Producer) -> None:
+        producer.begin_transaction()
+        self._txn_unfinished = "open"
+
+    def _commit(self, producer: Producer) -> None:
+        self._txn_unfinished = "commit"
+        producer.commit_transaction(self._timeout)
+        self._txn_unfinished = None
+
+    def _abort(self, producer: Producer) -> None:
+        self._txn_unfinished = "abort"
+        producer.abort_transaction(self._timeout)
+        self._txn_unfinished = None
 
     def _new_txn_producer(self) -> Producer:
         txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
@@ -863,14 +899,14 @@ class Emulation:
         wrong: dict[tuple[str, int], Any] = dict.fromkeys(gaps)
         try:
             producer = self._txn_producer()
-            producer.begin_transaction()
+            self._begin(producer)
             for (topic, partition), action in gaps.items():
                 if action.step == Step.MARKER:
                     self._engine_txns.register_partition(producer, topic, partition,
                                                          self._timeout)
             fills = {key: action for key, action in gaps.items() if action.step == Step.FILL}
             wrong.update(self._write_fillers(producer, fills))
-            producer.abort_transaction(self._timeout)
+            self._abort(producer)
             ends.update(self._ends_after_markers(gaps))
         except KafkaException as exc:
             wrong = dict.fromkeys(gaps, exc.args[0])
@@ -945,14 +981,14 @@ class Emulation:
         producer = self._txn_producer()
         reader = self._reader()
         try:
-            producer.begin_transaction()
+            self._begin(producer)
             results = self._write(producer, topic, partition, parts)
             wrong = _misplaced(results, expected)
             if wrong is None:
-                producer.commit_transaction(self._timeout)
+                self._commit(producer)
                 last = expected + sum(len(p) for p in parts) - 1
             else:
-                producer.abort_transaction(self._timeout)
+                self._abort(producer)
                 placed = [msg.offset() for err, msg in results
                           if err is None and msg is not None]
                 last = max(placed) if placed else -1
