@@ -141,15 +141,20 @@ _COPIER = textwrap.dedent("""
     offsets = np.load(offsets_file)
     todo = offsets[offsets >= int(start)]
     chunk = int(chunk)
+    failed = []
+    def report(err, rep):
+        if err is not None:
+            failed.append(err.str())
     for i in range(0, len(todo), chunk):
         part = todo[i:i + chunk]
         p.produce_arrays(topic, np.array([b"v%d" % o for o in part], dtype=object),
-                         partition=0, offsets=part)
+                         partition=0, offsets=part, on_delivery=report)
         p.poll(0)
         if i == 4 * chunk:
             print("copying", flush=True)
     assert p.flush(120) == 0
-    print("done", flush=True)
+    # a failed run is the copier's to see (and the test's to name), not a silent hole
+    print("failed: " + "; ".join(failed[:5]) if failed else "done", flush=True)
 """)
 
 
