@@ -689,8 +689,9 @@ def peer_section(args, broker: BenchBroker, lanes: tuple[str, ...],
     read_from = next((n for n in (SPARK_SINK, CONFLUENT) if n in writers),
                      writers[0] if writers else "")
     lines = [peer_heading(args.broker, bool(args.cluster_workers)), "",
-             f"Command: `{command_line(args)}` (one warm-up round, then {args.repeat} rounds "
-             "of every lane one after another, median).",
+             f"Command: `{command_line(args)}` (one warm-up round, then {args.repeat} "
+             f"round{'s' if args.repeat > 1 else ''} of every lane one after another, "
+             "median).",
              f"Machine: {machine()}; Spark, the bench and {broker.words} share its cores, on "
              f"loopback; the broker's data dir {broker.data_where}. /proc/loadavg before: "
              f"{loads[0]}; after: {loads[1]}.",
