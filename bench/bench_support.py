@@ -47,6 +47,40 @@ def brokers_cpu(pids: Iterable[int]) -> float:
     return sum(broker_cpu(pid) for pid in pids)
 
 
+def tree_cpu(root: int, skip: Iterable[int] = ()) -> float:
+    """CPU seconds so far of process ``root`` and every process under it, leaving out the
+    subtrees of ``skip`` (a bench's brokers, children of the bench too).
+
+    Per process its user + system time, exited threads included, plus that of the children it
+    has reaped (a Spark driver's JVM, its Python daemon and the workers the daemon forks and
+    reaps): /proc's stat, in ticks of 10 ms, fine for runs of a second or more. A child that
+    exits and is reaped by ``root`` itself during the span counts too; take differences across
+    a span in which the processes measured live on."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(fields[i]) for i in (11, 12, 13, 14))
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    left_out, total, todo = set(skip), 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in left_out:
+            continue
+        total += ticks.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def broker_data_dir(prefix: str) -> tuple[str, str]:
     """A fresh data dir for a benchmark's broker, and a phrase saying where it lives.
 
@@ -157,15 +191,16 @@ def high_watermark(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def apache_kafka() -> ModuleType:
-    """The tests' Apache Kafka harness (KafkaCluster, and through it kafka_jars' cached
-    jars), imported by path: the benchmarks start the same Kafka the tests do."""
+def apache_kafka(module: str = "kafka_cluster") -> ModuleType:
+    """A module of the tests' Apache Kafka harness, imported by path: by default
+    kafka_cluster (KafkaCluster, and through it kafka_jars' cached jars), so the benchmarks
+    start the same Kafka the tests do; or spark_kafka_jars (Spark's own Kafka connector)."""
+    import importlib
+
     here = os.path.join(ROOT, "tests", "apache_kafka")
     if here not in sys.path:
         sys.path.insert(0, here)
-    import kafka_cluster
-
-    return kafka_cluster
+    return importlib.import_module(module)
 
 
 @dataclass

@@ -37,9 +37,28 @@ way on a Spark standalone cluster of 1 and then 2 workers of one core each
 ``--raw-reader`` runs only the source's task code (kipproducer.spark.fetch_read.read_range)
 in this process, without Spark, and prints its rate per CPU-second.
 
+``--broker`` picks the broker the bench starts: ``kip`` (`kip broker`, the default) or Apache
+Kafka with 1 or 3 KRaft nodes (``kafka1``, ``kafka3``; the jars the tests cache,
+tests/apache_kafka). On Apache Kafka the lanes are, by default, ``format("kip")`` beside
+Spark's own Kafka connector (spark-sql-kafka-0-10, ``format("kafka")``; issue 43), in one
+session whose ``spark.jars`` hold the connector (tests/apache_kafka/spark_kafka_jars.py
+fetches it through Maven once and names its version):
+
+- kip sink (transactional) vs spark-sql-kafka sink: the same cached DataFrame written by each
+  to its own topic (the connector's sink is at least once: a retried task writes its rows
+  again);
+- kip source vs spark-sql-kafka source: the same topic (the connector's sink's) read by
+  each into a ``noop`` write.
+
+Each lane's CPU (the Spark side: this process and every process under it but the brokers;
+and the brokers') is measured over its timed action. ``--contenders`` runs a comma-separated
+subset of all the lanes on any broker; with ``--cluster-workers`` the peer lanes run on the
+standalone cluster. Every write is counted by a read_committed consumer and every read by the
+DataFrame's ``count()`` after its run; a wrong count ends the bench with an error.
+
 Usage: python bench/side_by_side_spark.py [--records N] [--repeat R]
        [--masters local[2] | --cluster-workers 1,2] [--readers-only | --raw-reader]
-       [--write bench/RESULTS.md]
+       [--broker kip|kafka1|kafka3] [--contenders NAMES] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -51,8 +70,19 @@ import shutil
 import statistics
 import sys
 import time
+from pathlib import Path
 
-from bench_support import broker_data_dir, start_kip_broker
+from bench_support import (
+    BROKERS,
+    BenchBroker,
+    apache_kafka,
+    brokers_cpu,
+    delete_topics,
+    load_average,
+    start_broker,
+    tree_cpu,
+    versions,
+)
 from results_file import machine, replace_section
 
 HEADING = "## Spark: the kip sink vs foreachPartition with confluent-kafka (issue 14)"
@@ -69,6 +99,22 @@ READERS = (CONSUMER, SOURCE)
 CLUSTER = (KIP, SOURCE)  # what --cluster-workers measures
 CLUSTER_HEADING = ("## Spark on a standalone cluster: the kip sink and source on 1 and 2 "
                    "workers (issue 25)")
+# Spark's own Kafka connector (issue 43): format("kafka") from spark-sql-kafka-0-10's jars.
+SPARK_SINK = "spark-sql-kafka sink"
+SPARK_SOURCE = "spark-sql-kafka source"
+PEER_WRITERS = (KIP, SPARK_SINK)
+PEER_READERS = (SOURCE, SPARK_SOURCE)
+ALL_WRITERS = WRITERS + (SPARK_SINK,)
+ALL_READERS = READERS + (SPARK_SOURCE,)
+GUARANTEES = {CONFLUENT: "at least once", KIP: "exactly once (read_committed)",
+              ORDERED: "exactly once (every reader)", SPARK_SINK: "at least once",
+              CONSUMER: "-", SOURCE: "-", SPARK_SOURCE: "-"}
+# Issue 43's targets: each kip lane's rows/s over its spark-sql-kafka peer's.
+TARGETS = {KIP: (SPARK_SINK, 2.0), SOURCE: (SPARK_SOURCE, 1.0)}
+# The connector's producer settings (``kafka.`` options): the bench's Java producer lane's
+# (side_by_side_producer.JAVA_PRODUCER_CONFIG: librdkafka's batch.size, linger.ms 5, acks
+# all, idempotent), but its buffer.memory, Spark's producer being one per executor JVM.
+SPARK_SINK_SKIPS = ("buffer.memory",)
 
 
 def confluent_partition(bootstrap: str, topic: str):
@@ -143,69 +189,132 @@ def count(bootstrap: str, topic: str) -> int:
     return seen
 
 
-def measure(master: str, records: int, repeat: int, bootstrap: str,
+def spark_sink_options() -> dict[str, str]:
+    """The spark-sql-kafka sink's producer settings, as ``kafka.`` options."""
+    from side_by_side_producer import JAVA_PRODUCER_CONFIG
+
+    return {f"kafka.{k}": v for k, v in JAVA_PRODUCER_CONFIG.items()
+            if k not in SPARK_SINK_SKIPS}
+
+
+def spark_kafka_jars() -> list[str]:
+    """Spark's own Kafka connector's jars, fetched through Maven the first time."""
+    return apache_kafka("spark_kafka_jars").jars()
+
+
+def session_conf(lanes: tuple[str, ...]) -> dict[str, str]:
+    """The bench's SparkSession settings; with a spark-sql-kafka lane, its jars too (one
+    session for all the lanes)."""
+    conf = {"spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
+            "spark.sql.shuffle.partitions": "8"}
+    if {SPARK_SINK, SPARK_SOURCE} & set(lanes):
+        conf["spark.jars"] = ",".join(spark_kafka_jars())
+    return conf
+
+
+def write(name: str, df, bootstrap: str, topic: str) -> None:
+    """``df`` to ``topic`` the way lane ``name`` writes."""
+    from kipproducer import spark as kip_spark
+
+    if name == CONFLUENT:
+        df.foreachPartition(confluent_partition(bootstrap, topic))
+    elif name == KIP:
+        (df.write.format("kip").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", topic).mode("append").save())
+    elif name == SPARK_SINK:
+        (df.write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+         .options(**spark_sink_options()).option("topic", topic).mode("append").save())
+    else:
+        kip_spark.write_ordered(df, topic, {"kafka.bootstrap.servers": bootstrap})
+
+
+def reader(name: str, spark, bootstrap: str, topic: str):
+    """A DataFrame of ``topic`` read the way lane ``name`` reads."""
+    if name == CONSUMER:
+        return confluent_read(spark, bootstrap, topic)
+    source = "kafka" if name == SPARK_SOURCE else "kip"
+    return (spark.read.format(source).option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).load())
+
+
+class Costs:
+    """CPU seconds over one timed action: the Spark side (this process and every process
+    under it but the brokers: the driver, its JVM, executors, Python workers; on a cluster the
+    master and workers too) and the brokers."""
+
+    def __init__(self, broker: BenchBroker) -> None:
+        self.pids = broker.pids
+        self.spark, self.broker = self.now()
+
+    def now(self) -> tuple[float, float]:
+        return tree_cpu(os.getpid(), self.pids), brokers_cpu(self.pids)
+
+    def since(self) -> tuple[float, float]:
+        spark, broker = self.now()
+        return spark - self.spark, broker - self.broker
+
+
+def measure(master: str, records: int, repeat: int, broker: BenchBroker,
             writers: tuple[str, ...] = WRITERS, readers: tuple[str, ...] = READERS,
-            conf: dict[str, str] | None = None,
-            executors: int = 0) -> dict[str, list[float]]:
+            conf: dict[str, str] | None = None, executors: int = 0,
+            cpu: dict[str, list[tuple[float, float]]] | None = None) -> dict[str, list[float]]:
     """Seconds per run of every contender of ``writers`` and ``readers`` on a new
     SparkSession of ``master`` (``conf`` added to its settings; on a cluster, after
-    ``executors`` executors joined). The readers read the confluent writer's topic, or the
-    last writer's when it is not measured."""
+    ``executors`` executors joined); each run's (Spark, broker) CPU seconds appended to
+    ``cpu`` by name. The readers read the confluent writer's or the spark-sql-kafka sink's
+    topic, or the first writer's when neither is measured."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pyspark.sql import functions as F
 
     from kipproducer import spark as kip_spark
 
-    spark = kip_spark.session(master, "kip-bench", {
-        "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "8", **(conf or {})})
+    bootstrap = broker.bootstrap
+    spark = kip_spark.session(master, "kip-bench", {**session_conf(writers + readers),
+                                                    **(conf or {})})
     tag = re.sub(r"[^A-Za-z0-9_-]+", "-", master).strip("-")  # a topic name's characters
     times: dict[str, list[float]] = {name: [] for name in writers + readers}
     try:
         wait_for_executors(spark, executors)
-        df = (spark.range(0, records, numPartitions=8)
-              .select(F.format_string("key-%08d", "id").cast("binary").alias("key"),
-                      F.expr("cast(repeat(cast(id % 10 as string), 100) as binary)")
-                      .alias("value"))
-              .cache())
+        df = rows(spark, records)
         df.count()
         admin = AdminClient({"bootstrap.servers": bootstrap})
         # Round 0 is a warm-up, not counted: each path's first action starts its Python
-        # workers and imports (pyarrow, kipproducer), which cost seconds once per session.
+        # workers and imports (pyarrow, kipproducer), or loads the connector's classes, which
+        # cost seconds once per session.
         for r in range(repeat + 1):
             read_topic = ""
+            topics = []
             for name in writers:
                 topic = f"{tag}-{name.split()[0]}-{name.split()[-1].strip('()')}-{r}"
-                admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
-                started = time.perf_counter()
-                if not read_topic or name == CONFLUENT:  # the confluent writer's, else the first
+                admin.create_topics([NewTopic(topic, PARTITIONS, broker.replication)]
+                                    )[topic].result(30)
+                topics.append(topic)
+                # the confluent writer's or the connector's, else the first
+                if not read_topic or name in (CONFLUENT, SPARK_SINK):
                     read_topic = topic
-                if name == CONFLUENT:
-                    df.foreachPartition(confluent_partition(bootstrap, topic))
-                elif name == KIP:
-                    (df.write.format("kip").option("kafka.bootstrap.servers", bootstrap)
-                     .option("topic", topic).mode("append").save())
-                else:
-                    kip_spark.write_ordered(df, topic, {"kafka.bootstrap.servers": bootstrap})
+                costs = Costs(broker)
+                started = time.perf_counter()
+                write(name, df, bootstrap, topic)
                 elapsed = time.perf_counter() - started
+                spent = costs.since()
                 written = count(bootstrap, topic)
                 if written != records:
                     raise SystemExit(f"{name}: {written} records in {topic}, expected "
                                      f"{records}")
-                report(master, r, name, records, elapsed, times)
+                report(master, r, name, records, elapsed, times, spent, cpu)
             for name in readers:
+                costs = Costs(broker)
                 started = time.perf_counter()
-                if name == CONSUMER:
-                    read = confluent_read(spark, bootstrap, read_topic)
-                else:
-                    read = (spark.read.format("kip").option("kafka.bootstrap.servers",
-                                                            bootstrap)
-                            .option("subscribe", read_topic).load())
+                read = reader(name, spark, bootstrap, read_topic)
                 read.write.format("noop").mode("overwrite").save()
-                report(master, r, name, records, time.perf_counter() - started, times)
-            # the row count once per round, outside the timing
-            if read.count() != records:
-                raise SystemExit(f"{name}: read {read.count()} rows, expected {records}")
+                elapsed = time.perf_counter() - started
+                spent = costs.since()
+                found = read.count()  # outside the timing
+                if found != records:
+                    raise SystemExit(f"{name}: read {found} rows of {read_topic}, expected "
+                                     f"{records}")
+                report(master, r, name, records, elapsed, times, spent, cpu)
+            # Each round from the same memory: the broker's data dir is on tmpfs.
+            delete_topics(bootstrap, *topics)
     finally:
         spark.stop()
     return times
@@ -221,12 +330,14 @@ def wait_for_executors(spark, count: int, timeout_s: float = 120) -> None:
         time.sleep(0.2)
 
 
-def measure_cluster(workers: int, records: int, repeat: int,
-                    bootstrap: str) -> dict[str, list[float]]:
-    """The kip sink and the kip source, timed as ``measure`` times them, on a Spark
-    standalone cluster of ``workers`` workers of one core each (kipproducer.spark.standalone:
-    each worker's executor its own JVM and Python workers, on this machine) started for the
-    run and stopped after it."""
+def measure_cluster(workers: int, records: int, repeat: int, broker: BenchBroker,
+                    lanes: tuple[str, ...] = CLUSTER,
+                    cpu: dict[str, list[tuple[float, float]]] | None = None
+                    ) -> dict[str, list[float]]:
+    """The ``lanes`` (by default the kip sink and the kip source), timed as ``measure``
+    times them, on a Spark standalone cluster of ``workers`` workers of one core each
+    (kipproducer.spark.standalone: each worker's executor its own JVM and Python workers, on
+    this machine) started for the run and stopped after it."""
     import tempfile
     from pathlib import Path
 
@@ -237,8 +348,10 @@ def measure_cluster(workers: int, records: int, repeat: int,
     try:
         with Standalone(work, workers=workers, cores=1, memory="2g",
                         java_home=kip_spark.find_java()) as cluster:
-            return measure(cluster.url, records, repeat, bootstrap, writers=(KIP,),
-                           readers=(SOURCE,), executors=workers, conf={
+            return measure(cluster.url, records, repeat, broker,
+                           writers=tuple(n for n in lanes if n in ALL_WRITERS),
+                           readers=tuple(n for n in lanes if n in ALL_READERS),
+                           executors=workers, cpu=cpu, conf={
                                "spark.executor.memory": "1g", "spark.executor.cores": "1",
                                "spark.pyspark.python": sys.executable})
     finally:
@@ -392,6 +505,68 @@ def arrow_ceiling(master: str, records: int, repeat: int) -> None:
         spark.stop()
 
 
+def rows(spark, records: int):
+    """The bench's DataFrame: ``records`` rows (key-%08d, 100 bytes of one digit) in 8
+    partitions, cached in memory (the caller's first action fills the cache)."""
+    from pyspark.sql import functions as F
+
+    return (spark.range(0, records, numPartitions=8)
+            .select(F.format_string("key-%08d", "id").cast("binary").alias("key"),
+                    F.expr("cast(repeat(cast(id % 10 as string), 100) as binary)")
+                    .alias("value"))
+            .cache())
+
+
+def arrow_write_ceiling(master: str, records: int, repeat: int) -> None:
+    """What Spark itself costs on the kip sink's path, with no Kafka at all: the bench's
+    cached DataFrame written to a Python data source whose Arrow writer only counts the rows
+    of the batches Spark hands it (the kip sink's writer is such a DataSourceArrowWriter). Its
+    rows/s bounds any Kafka sink written as a Python data source on this machine (printed,
+    with the CPU seconds of this process and every process under it)."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    from kipproducer import spark as kip_spark
+
+    class Counted(WriterCommitMessage):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class Dropping(DataSourceArrowWriter):
+        def write(self, iterator):
+            return Counted(sum(batch.num_rows for batch in iterator))
+
+        def commit(self, messages) -> None:
+            written = sum(m.rows for m in messages)
+            if written != records:
+                raise RuntimeError(f"the writers saw {written} rows, expected {records}")
+
+    class Drop(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "kip-bench-drop"
+
+        def writer(self, schema, overwrite):
+            return Dropping()
+
+    spark = kip_spark.session(master, "kip-bench-write-ceiling", {
+        "spark.driver.host": "127.0.0.1", "spark.ui.enabled": "false"})
+    try:
+        spark.dataSource.register(Drop)
+        df = rows(spark, records)
+        df.count()
+        for r in range(repeat + 1):
+            cpu = tree_cpu(os.getpid())
+            started = time.perf_counter()
+            df.write.format("kip-bench-drop").mode("append").save()
+            elapsed = time.perf_counter() - started
+            cpu = tree_cpu(os.getpid()) - cpu
+            print(f"{master} {'warm-up' if r == 0 else f'run {r}'} Arrow batches to a Python "
+                  f"writer that drops them (no Kafka): {records / elapsed:,.0f} rows/s "
+                  f"({elapsed:.2f} s, {cpu * 1e6 / records:.2f} CPU s per 1M rows)", flush=True)
+    finally:
+        spark.stop()
+
+
 def measure_readers(master: str, records: int, repeat: int,
                     bootstrap: str) -> dict[str, list[float]]:
     """Seconds per run of each reader of one topic of ``records`` rows (written once)."""
@@ -464,13 +639,108 @@ def readers_section(args, results: dict[str, dict[str, list[float]]], where: str
 
 
 def report(master: str, r: int, name: str, records: int, elapsed: float,
-           times: dict[str, list[float]]) -> None:
+           times: dict[str, list[float]], spent: tuple[float, float] | None = None,
+           cpu: dict[str, list[tuple[float, float]]] | None = None) -> None:
+    """One run printed, and kept unless it is the warm-up (round 0); ``spent``: its (Spark,
+    broker) CPU seconds, kept in ``cpu``."""
+    used = (f", CPU s Spark {spent[0]:.2f} broker {spent[1]:.2f}" if spent is not None
+            else "")
     if r == 0:
-        print(f"{master} warm-up {name}: {elapsed:.2f} s", flush=True)
+        print(f"{master} warm-up {name}: {elapsed:.2f} s{used}", flush=True)
         return
     times[name].append(elapsed)
-    print(f"{master} run {r} {name}: {records / elapsed:,.0f} rows/s ({elapsed:.2f} s)",
+    if cpu is not None and spent is not None:
+        cpu.setdefault(name, []).append(spent)
+    print(f"{master} run {r} {name}: {records / elapsed:,.0f} rows/s ({elapsed:.2f} s{used})",
           flush=True)
+
+
+def peer_heading(choice: str, cluster: bool) -> str:
+    nodes = BROKERS[choice]
+    where = (f"Apache Kafka, {nodes} node{'s' if nodes > 1 else ''}" if nodes
+             else "`kip broker`")
+    return (f"## Spark on {where}{', standalone cluster' if cluster else ''}: "
+            'format("kip") vs Spark\'s own Kafka connector (issue 43)')
+
+
+def command_line(args) -> str:
+    """The command that made a section, from its arguments."""
+    words = ["python bench/side_by_side_spark.py", f"--broker {args.broker}",
+             f"--records {args.records}", f"--repeat {args.repeat}"]
+    words.append(f"--cluster-workers {args.cluster_workers}" if args.cluster_workers
+                 else f"--masters {args.masters}")
+    if args.contenders:
+        words.append(f"--contenders '{args.contenders}'")
+    return " ".join(words)
+
+
+def peer_section(args, broker: BenchBroker, lanes: tuple[str, ...],
+                 results: dict[str, dict[str, list[float]]],
+                 cpu: dict[str, dict[str, list[tuple[float, float]]]],
+                 loads: tuple[str, str]) -> str:
+    """The lanes' table per master, with each kip lane's rows/s over its spark-sql-kafka
+    peer's per round and issue 43's target."""
+    import pyspark
+
+    jars = apache_kafka("spark_kafka_jars")
+    clients = next((Path(j).name for j in jars.jars() if "kafka-clients" in j), "?")
+    writers = [n for n in lanes if n in ALL_WRITERS]
+    readers = [n for n in lanes if n in ALL_READERS]
+    read_from = next((n for n in (SPARK_SINK, CONFLUENT) if n in writers),
+                     writers[0] if writers else "")
+    lines = [peer_heading(args.broker, bool(args.cluster_workers)), "",
+             f"Command: `{command_line(args)}` (one warm-up round, then {args.repeat} "
+             f"round{'s' if args.repeat > 1 else ''} of every lane one after another, "
+             "median).",
+             f"Machine: {machine()}; Spark, the bench and {broker.words} share its cores, on "
+             f"loopback; the broker's data dir {broker.data_where}. /proc/loadavg before: "
+             f"{loads[0]}; after: {loads[1]}.",
+             f"Versions: pyspark {pyspark.__version__}; spark-sql-kafka-0-10_2.13 "
+             f"{jars.SPARK_KAFKA_VERSION} with {clients} ({jars.VERSION_NOTE}; "
+             f"{jars.SPARK_KAFKA_VERSION} read and wrote every row here on pyspark "
+             f"{pyspark.__version__}, counted after each run); {versions()}.",
+             f"Workload: {args.records:,} rows (12-byte keys, 100-byte values) in 8 Spark "
+             "partitions, cached in memory before the first run; every sink writes them to its "
+             f"own fresh {PARTITIONS}-partition topic (replication factor {broker.replication}), "
+             "timed from the action's start to its end (Spark's task scheduling included). "
+             "The kip sink: `df.write.format(\"kip\")`, each task's rows in its own "
+             "transaction, committed by the driver (two-phase), exactly once for read_committed "
+             "readers. The spark-sql-kafka sink: `df.write.format(\"kafka\")` with "
+             + ", ".join(f"{k}={v}" for k, v in spark_sink_options().items())
+             + ", at least once (a retried task writes its rows again). "
+             + (f"Every source reads the {read_from}'s topic into a `noop` write, one task "
+                "per Kafka partition, timed from building the DataFrame to the write's end. "
+                if readers else "")
+             + "After every write a read_committed consumer counts the topic; after every "
+             "read the DataFrame's `count()` does; a wrong count ends the bench. CPU is "
+             "measured over each timed action: the Spark side is this process and every "
+             "process under it except the brokers (the driver, the JVM running the tasks, "
+             "Python workers; on a cluster the master, workers and executors too), the broker "
+             "side every broker process.", ""]
+    for master, times in results.items():
+        lines += [f"Spark `{master}`:", "",
+                  "| lane | rows/s (median) | delivery | Spark CPU s per 1M rows | "
+                  "broker CPU s per 1M rows |", "|---|---:|---|---:|---:|"]
+        for name in writers + readers:
+            spent = cpu[master].get(name, [(0.0, 0.0)])
+            per_million = 1e6 / args.records
+            lines.append(
+                f"| {name} | {args.records / statistics.median(times[name]):,.0f} | "
+                f"{GUARANTEES[name]} | "
+                f"{statistics.median(s for s, _ in spent) * per_million:.2f} | "
+                f"{statistics.median(b for _, b in spent) * per_million:.2f} |")
+        lines.append("")
+        for name, (peer, target) in TARGETS.items():
+            if name not in times or peer not in times:
+                continue
+            ratios = [p / k for k, p in zip(times[name], times[peer], strict=True)]
+            median = statistics.median(ratios)
+            lines.append(f"{name} / {peer}, rows/s per round: "
+                         + ", ".join(f"{r:.2f}x" for r in ratios) + f"; median "
+                         f"{median:.2f}x (issue 43's target {target:g}x: "
+                         f"{'met' if median >= target else 'NOT met'}).")
+            lines.append("")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -485,23 +755,51 @@ def main() -> None:
     parser.add_argument("--raw-reader", action="store_true",
                         help="only the source's task code without Spark (printed)")
     parser.add_argument("--arrow-ceiling", action="store_true",
-                        help="only Spark's own cost on the source's path: ready Arrow batches "
-                        "from a Python data source, no Kafka (printed)")
+                        help="only Spark's own cost on the source's and the sink's paths: "
+                        "ready Arrow batches from a Python data source, and the cached rows "
+                        "to one that drops them, no Kafka (printed)")
     parser.add_argument("--cluster-workers", metavar="N,M",
                         help="the kip sink and source on a Spark standalone cluster of each "
                         "number of workers (1,2 for the scaling ratio) instead of --masters")
+    parser.add_argument("--broker", choices=list(BROKERS), default="kip",
+                        help="kip broker (default), or Apache Kafka with 1 or 3 KRaft nodes "
+                        "(kafka1, kafka3; then the lanes are format(\"kip\") and Spark's own "
+                        "Kafka connector)")
+    parser.add_argument("--contenders", metavar="NAMES",
+                        help="comma-separated lanes (default: issue 14's five on kip broker, "
+                        f"the kip and spark-sql-kafka lanes on Apache Kafka); known: "
+                        f"{', '.join(ALL_WRITERS + ALL_READERS)}")
     parser.add_argument("--write", metavar="RESULTS_MD")
     args = parser.parse_args()
     # commas inside brackets (local[2,4]) belong to the master
     masters = re.findall(r"[^,\[]+(?:\[[^\]]*\])?", args.masters)
+    on_kafka = BROKERS[args.broker] > 0
+    lanes = ((PEER_WRITERS + PEER_READERS) if on_kafka else WRITERS + READERS)
+    if args.contenders:
+        lanes = tuple(name.strip() for name in args.contenders.split(","))
+        unknown = set(lanes) - set(ALL_WRITERS + ALL_READERS)
+        if unknown:
+            parser.error(f"unknown contenders {sorted(unknown)}; known: "
+                         f"{list(ALL_WRITERS + ALL_READERS)}")
+    peer = bool({SPARK_SINK, SPARK_SOURCE} & set(lanes))
+    if set(lanes) & set(ALL_READERS) and not set(lanes) & set(ALL_WRITERS):
+        parser.error("--contenders: the readers read what a writer wrote; name a writer too")
+    if on_kafka and (args.readers_only or args.raw_reader or args.arrow_ceiling):
+        parser.error("--readers-only, --raw-reader and --arrow-ceiling run on --broker kip")
+    if not peer and (args.contenders or on_kafka):
+        parser.error("--contenders and --broker kafka1/kafka3 take a spark-sql-kafka lane "
+                     "(the other tables are issue 14's and 25's on kip broker)")
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "src"))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-    data_dir, where = broker_data_dir("kip-bench-spark-")
-    broker, bootstrap = start_kip_broker(data_dir)
+    if peer:
+        spark_kafka_jars()  # fetched (once) before the broker starts
+    load0 = load_average()
+    broker = start_broker(args.broker, "kip-bench-spark-")
+    bootstrap, where = broker.bootstrap, broker.data_where
     results: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     try:
         if args.raw_reader:
             raw_reader(bootstrap, args.records, args.repeat)
@@ -509,32 +807,48 @@ def main() -> None:
         if args.arrow_ceiling:
             for master in masters:
                 arrow_ceiling(master, args.records, args.repeat)
+                arrow_write_ceiling(master, args.records, args.repeat)
             return
-        if args.cluster_workers:
-            scaling = {n: measure_cluster(n, args.records, args.repeat, bootstrap)
+        if args.cluster_workers and not peer:
+            scaling = {n: measure_cluster(n, args.records, args.repeat, broker)
                        for n in sorted({int(n) for n in args.cluster_workers.split(",")})}
             section = cluster_section(args, scaling, where)
             print(section)
             if args.write:
                 replace_section(args.write, CLUSTER_HEADING, section)
             return
-        for master in masters:
-            run = measure_readers if args.readers_only else measure
-            results[master] = run(master, args.records, args.repeat, bootstrap)
+        if args.cluster_workers:
+            for n in sorted({int(n) for n in args.cluster_workers.split(",")}):
+                name = f"standalone, {n} worker{'s' if n > 1 else ''} of one core"
+                cpu[name] = {}
+                results[name] = measure_cluster(n, args.records, args.repeat, broker, lanes,
+                                                cpu[name])
+        for master in masters if not args.cluster_workers else ():
+            if args.readers_only:
+                results[master] = measure_readers(master, args.records, args.repeat,
+                                                  bootstrap)
+                continue
+            cpu[master] = {}
+            results[master] = measure(
+                master, args.records, args.repeat, broker,
+                writers=tuple(n for n in lanes if n in ALL_WRITERS),
+                readers=tuple(n for n in lanes if n in ALL_READERS), cpu=cpu[master])
     finally:
-        broker.terminate()
-        broker.wait(30)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        broker.stop()
 
+    if peer:
+        section = peer_section(args, broker, lanes, results, cpu, (load0, load_average()))
+        print(section)
+        if args.write:
+            replace_section(args.write, peer_heading(args.broker, bool(args.cluster_workers)),
+                            section)
+        return
     if args.readers_only:
         section = readers_section(args, results, where)
         print(section)
         if args.write:
             replace_section(args.write, READERS_HEADING, section)
         return
-    guarantees = {CONFLUENT: "at least once", KIP: "exactly once (read_committed)",
-                  ORDERED: "exactly once (every reader)", CONSUMER: "-",
-                  SOURCE: "-"}
     lines = [HEADING, "",
              f"{args.records:,} rows (12-byte keys, 100-byte values, 8 Spark partitions, cached) "
              f"to a 6-partition topic on one `kip broker` (data dir {where}), then read back; "
@@ -551,7 +865,7 @@ def main() -> None:
             for name in names:
                 median = statistics.median(times[name])
                 lines.append(f"| {name} | {args.records / median:,.0f} | "
-                             f"{base / median:.2f}x | {guarantees[name]} |")
+                             f"{base / median:.2f}x | {GUARANTEES[name]} |")
         lines.append("")
     if len(results) > 1:
         first, *rest = results

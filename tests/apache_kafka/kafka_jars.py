@@ -66,7 +66,7 @@ def missing() -> str | None:
         return "no Java (java on PATH or JAVA_HOME; Debian: openjdk-17-jdk-headless)"
     if javac() is None:
         return "no Java compiler (javac; a JDK, Debian: openjdk-17-jdk-headless)"
-    if not _complete(lib_dir()) and shutil.which("mvn") is None:
+    if not complete(lib_dir()) and shutil.which("mvn") is None:
         return (f"Apache Kafka {KAFKA_VERSION}'s jars are not cached in {lib_dir()} and there "
                 "is no Maven (mvn) to fetch them (Debian: maven)")
     return None
@@ -75,27 +75,33 @@ def missing() -> str | None:
 def require_in_tests() -> None:
     """In a test that needs Apache Kafka: skip it naming what is missing, or under
     ``CI=true`` fail it, so CI cannot pass by skipping."""
+    require(missing(), "Apache Kafka")
+
+
+def require(reason: str | None, what: str) -> None:
+    """In a test that needs ``what``: nothing when ``reason`` is None, else skip naming the
+    reason, or under ``CI=true`` fail, so CI cannot pass by skipping."""
     import pytest
 
-    reason = missing()
     if reason is None:
         return
     if os.environ.get("CI") == "true":
-        pytest.fail(f"Apache Kafka is required in CI: {reason}", pytrace=False)
-    pytest.skip(f"Apache Kafka tests need {reason}")
+        pytest.fail(f"{what} is required in CI: {reason}", pytrace=False)
+    pytest.skip(f"{what} tests need {reason}")
 
 
-def _complete(lib: Path) -> bool:
-    return (lib / f"kafka_2.13-{KAFKA_VERSION}.jar").exists() and (lib / ".complete").exists()
+def complete(lib: Path) -> bool:
+    """Has :func:`maven_copy` finished filling ``lib``?"""
+    return (lib / ".complete").exists()
 
 
-def _pom() -> str:
+def _pom(artifacts: tuple[tuple[str, str, str], ...]) -> str:
     deps = "\n".join(
         f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
-        f"<version>{v}</version></dependency>" for g, a, v in ARTIFACTS)
+        f"<version>{v}</version></dependency>" for g, a, v in artifacts)
     return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>kipproducer.tests</groupId><artifactId>apache-kafka-classpath</artifactId>
+  <groupId>kipproducer.tests</groupId><artifactId>cached-classpath</artifactId>
   <version>1</version><packaging>pom</packaging>
   <dependencies>
 {deps}
@@ -104,31 +110,38 @@ def _pom() -> str:
 """
 
 
-def fetch() -> Path:
-    """The lib folder with every jar, fetched through Maven the first time. A fetch that
-    fails leaves no half-filled folder behind (it copies into a sibling, then renames)."""
-    lib = lib_dir()
-    if _complete(lib):
+def maven_copy(artifacts: tuple[tuple[str, str, str], ...], lib: Path, what: str) -> Path:
+    """``lib`` holding the runtime classpath of ``artifacts`` (group, artifact, version),
+    copied by Maven the first time. A fetch that fails leaves no half-filled folder behind (it
+    copies into a sibling, then renames). ``what`` names them in the error."""
+    if complete(lib):
         return lib
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise RuntimeError(missing() or "no mvn")
+        raise RuntimeError(f"{what}'s jars are not cached in {lib} and there is no Maven "
+                           "(mvn) to fetch them (Debian: maven)")
     lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=lib.parent, prefix="fetch-") as work:
         staged = Path(work) / "lib"
-        (Path(work) / "pom.xml").write_text(_pom())
+        (Path(work) / "pom.xml").write_text(_pom(artifacts))
         proc = subprocess.run(
             [mvn, "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime",
              f"-DoutputDirectory={staged}"],
             cwd=work, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise RuntimeError(f"Maven could not fetch Apache Kafka {KAFKA_VERSION}:\n{tail}")
-        (staged / ".complete").write_text(KAFKA_VERSION + "\n")
+            raise RuntimeError(f"Maven could not fetch {what}:\n{tail}")
+        (staged / ".complete").write_text(what + "\n")
         if lib.exists():
             shutil.rmtree(lib)
         staged.rename(lib)
     return lib
+
+
+def fetch() -> Path:
+    """The lib folder with every jar of Apache Kafka, fetched through Maven the first
+    time."""
+    return maven_copy(ARTIFACTS, lib_dir(), f"Apache Kafka {KAFKA_VERSION}")
 
 
 def classpath() -> str:

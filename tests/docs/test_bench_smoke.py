@@ -4,15 +4,18 @@ brokers, runs every contender, checks what they delivered, prints its table and 
 
 Only the sizes differ from the documented commands (a few thousand records, one round), so a
 script that breaks (a renamed API, a missing package, a contender that loses records) fails
-here rather than in the next session's benchmark run. The Spark benchmark is left to
-test_bench_commands.py: one Spark session costs more than all of these together, and the Spark
-tests start the same source and sink.
+here rather than in the next session's benchmark run. The Spark benchmark runs once, on
+Apache Kafka with Spark's own Kafka connector beside format("kip") (its issue 43 lanes, whose
+jars come from Maven): one Spark session costs more than all of the others together, and the
+Spark tests start the same source and sink on `kip broker`, so its older tables are left to
+test_bench_commands.py.
 
-The Apache Kafka runs (issue 43: ``--broker kafka1``, the Java producer and MirrorMaker 2 as
-lanes) need Java and Kafka's jars, as tests/apache_kafka does: without them they skip with one
-line naming what is missing, except under ``CI=true``, where that fails. The per-key
-conditional bench (issue 44) also needs the nats-server binary (Debian package
-``nats-server``), and skips with one line without it."""
+The Apache Kafka runs (issue 43: ``--broker kafka1``, the Java producer, MirrorMaker 2 and
+spark-sql-kafka as lanes) need Java and Kafka's jars, as tests/apache_kafka does (and the
+Spark one pyspark and the connector's jars): without them they skip with one line naming what
+is missing, except under ``CI=true``, where that fails. The per-key conditional bench (issue
+44) also needs the nats-server binary (Debian package ``nats-server``), and skips with one
+line without it (fails under ``CI=true``)."""
 
 from __future__ import annotations
 
@@ -60,6 +63,12 @@ KAFKA_RUNS = [
 ]
 
 
+# Spark on Apache Kafka (one node), format("kip") beside spark-sql-kafka: one session.
+SPARK_KAFKA_RUN = ("side_by_side_spark.py", ["--records", "3000", "--repeat", "1", "--broker",
+                                             "kafka1", "--masters", "local[2]"],
+                   "kip sink (transactional) / spark-sql-kafka sink, rows/s per round")
+
+
 def require_apache_kafka() -> None:
     sys.path.insert(0, str(ROOT / "tests" / "apache_kafka"))
     import kafka_jars
@@ -98,10 +107,25 @@ def test_key_conditional_bench_runs_against_jetstream(tmp_path: Path) -> None:
               "| kip emulated, Apache Kafka 1 node | kip produce_arrays |", tmp_path)
 
 
-def run_bench(script: str, args: list[str], expect: str, tmp_path: Path) -> None:
+@pytest.mark.timeout(480)
+@pytest.mark.xdist_group("spark")  # never two Spark drivers at work at once (tests/conftest.py)
+def test_spark_benchmark_runs_on_apache_kafka_beside_spark_sql_kafka(tmp_path: Path) -> None:
+    require_apache_kafka()
+    import spark_kafka_jars
+
+    spark_kafka_jars.require_in_tests()
+    spark_kafka_jars.fetch()  # Maven, the first time on a machine: not in the run's time limit
+    script, args, expect = SPARK_KAFKA_RUN
+    report = run_bench(script, args, expect, tmp_path, timeout_s=420)
+    assert "kip source / spark-sql-kafka source, rows/s per round" in report, report[-2000:]
+
+
+def run_bench(script: str, args: list[str], expect: str, tmp_path: Path,
+              timeout_s: float = 280) -> str:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=BENCH, env=env,
-                          capture_output=True, text=True, timeout=280)
+                          capture_output=True, text=True, timeout=timeout_s)
     assert proc.returncode == 0, f"{script} {' '.join(args)}:\n{proc.stderr[-3000:]}"
     report = proc.stdout + proc.stderr
     assert expect.lower() in report.lower(), f"{script}: no {expect!r} in:\n{report[-2000:]}"
+    return report
