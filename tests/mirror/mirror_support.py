@@ -61,18 +61,23 @@ def read(bootstrap: str, topic: str, partitions: int, isolation: str = "read_com
     return out
 
 
+def log_ends(bootstrap: str, topic: str, partitions: int,
+             isolation: str = "read_uncommitted") -> dict[int, int]:
+    """Each partition's end for a reader at ``isolation``: the high watermark, or the last
+    stable offset (read_committed)."""
+    level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
+             else IsolationLevel.READ_UNCOMMITTED)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})  # no info lines
+    found = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                for p in range(partitions)}, isolation_level=level)
+    return {tp.partition: future.result(10).offset for tp, future in found.items()}
+
+
 def stable(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
     """Wait until no transaction holds a partition's last stable offset back."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-
-    def ends(isolation: IsolationLevel) -> dict[int, int]:
-        found = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
-                                   isolation_level=isolation)
-        return {tp.partition: future.result(10).offset for tp, future in found.items()}
-
     deadline = time.monotonic() + timeout
-    while ends(IsolationLevel.READ_COMMITTED) != ends(IsolationLevel.READ_UNCOMMITTED):
+    while (log_ends(bootstrap, topic, partitions, "read_committed")
+           != log_ends(bootstrap, topic, partitions, "read_uncommitted")):
         assert time.monotonic() < deadline, f"{topic}: transactions still open"
         time.sleep(0.2)
 
