@@ -23,8 +23,12 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 
 from kafka_cluster import KafkaCluster  # noqa: E402
 from kafka_support import rdkafka_read, read_both  # noqa: E402
+from mirror_support import stable, unique  # noqa: E402
 from sink_kill_scenario import Target, sink_and_source_through_kills  # noqa: E402
 from spark_session import session_fixture  # noqa: E402
+
+from kipproducer import Producer  # noqa: E402
+from kipproducer.spark.twophase import settle, transactional_ids  # noqa: E402
 
 PARTITIONS = 6
 
@@ -71,3 +75,32 @@ def test_spark_sink_and_source_through_a_node_killed(kafka3: KafkaCluster, spark
     topic = kafka3.unique_topic("spark-eos", PARTITIONS)
     sink_and_source_through_kills(spark, target(kafka3), topic, PARTITIONS, tmp_path)
     kafka3.wait_in_sync()  # the next test starts on a whole cluster
+
+
+def test_driver_fences_a_leftover_while_a_node_is_down(kafka3: KafkaCluster) -> None:
+    """The driver's commit fences the transactions failed attempts left open, found by
+    ListTransactions on every broker. A node killed -9 a moment before stays in the metadata
+    until the controller fences it: the driver asks it again until it is gone, rather than
+    skipping the fencing (which left the leftover open, holding read_committed readers back,
+    until its transaction.timeout.ms)."""
+    topic = kafka3.unique_topic("spark-leftover", 1)
+    prefix = unique("kip-spark-leftover")
+    tid = f"{prefix}-0-7"
+    props = {"bootstrap.servers": kafka3.bootstrap}
+    zombie = Producer({**props, "transactional.id": tid, "transaction.timeout.ms": 300_000})
+    zombie.init_transactions(60)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"a failed attempt's row", partition=0)
+    assert zombie.flush(60) == 0
+    keep = {kafka3.transaction_coordinator(tid), kafka3.leader(topic, 0)}
+    victim = next(node for node in kafka3.nodes if node not in keep)
+    kafka3.kill(victim)
+    try:
+        settle(props, prefix + "-", commit=[], abort=[], timeout_ms=300_000)
+        states = transactional_ids(props, prefix)
+        assert states is not None and states.get(tid) != "Ongoing", states
+        stable(kafka3.bootstrap, topic, 1, timeout=20)
+        assert rdkafka_read(kafka3.bootstrap, topic, 1) == {0: []}
+    finally:
+        zombie.close()
+        kafka3.restart(victim)

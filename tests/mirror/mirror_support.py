@@ -6,7 +6,14 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from kipproducer.broker.embedded import EmbeddedBroker
@@ -68,9 +75,17 @@ def log_ends(bootstrap: str, topic: str, partitions: int,
     level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
              else IsolationLevel.READ_UNCOMMITTED)
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})  # no info lines
-    found = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
-                                for p in range(partitions)}, isolation_level=level)
-    return {tp.partition: future.result(10).offset for tp, future in found.items()}
+    deadline = time.monotonic() + 30
+    while True:
+        found = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                    for p in range(partitions)}, isolation_level=level)
+        try:
+            return {tp.partition: future.result(10).offset for tp, future in found.items()}
+        except KafkaException:
+            # a leader just elected (a new topic, a node killed) is not known everywhere yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def stable(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
