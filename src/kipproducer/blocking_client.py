@@ -28,7 +28,12 @@ _SIZE = struct.Struct(">i")
 
 
 class RequestFailed(SecurityError):
-    """The broker answered with an error code."""
+    """The broker answered with an error code (``code``, where the caller gave it: whether
+    asking again may help is ``error_codes.is_retriable(code)``)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def read_client_properties(path: str) -> dict[str, str]:

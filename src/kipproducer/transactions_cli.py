@@ -89,7 +89,7 @@ class TransactionsClient(BlockingClient):
 
 def _check(code: int, what: str) -> None:
     if code != ec.NONE:
-        raise RequestFailed(f"{what}: {ec.error_name(code)}")
+        raise RequestFailed(f"{what}: {ec.error_name(code)}", code)
 
 
 def _millis(value: Any) -> int:

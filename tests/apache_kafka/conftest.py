@@ -30,6 +30,10 @@ sys.path.insert(0, str(HERE.parent / "cluster"))
 sys.path.insert(0, str(HERE.parent / "producer"))
 # the emulated KIP-27 race, shared with the stand-in's test
 sys.path.insert(0, str(HERE.parent / "kip"))
+# the Spark sink and source through a kill -9, shared with the reference broker's test (and
+# the log-end readers it uses)
+sys.path.insert(0, str(HERE.parent / "spark"))
+sys.path.insert(0, str(HERE.parent / "mirror"))
 
 import kafka_jars  # noqa: E402
 from kafka_cluster import KafkaCluster  # noqa: E402

@@ -98,6 +98,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode()``."""
+    h = 0
+    data = text.encode("utf-16-be")   # Java hashes UTF-16 code units
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
 def _properties(config: dict[str, Any]) -> str:
     def text(v: Any) -> str:
         return str(v).lower() if isinstance(v, bool) else str(v)
@@ -438,6 +447,13 @@ class KafkaCluster:
 
     def leaders(self, topic: str) -> dict[int, int]:
         return {p: pm.leader for p, pm in self.partitions(topic).items()}
+
+    def transaction_coordinator(self, transactional_id: str) -> int:
+        """The node coordinating ``transactional_id``: the leader of the __transaction_state
+        partition the id hashes to (Kafka's ``abs(id.hashCode()) % partitions``)."""
+        h = java_string_hash(transactional_id)
+        partitions = BASE_CONFIG["transaction.state.log.num.partitions"]
+        return self.leader("__transaction_state", (0 if h == -(1 << 31) else abs(h)) % partitions)
 
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

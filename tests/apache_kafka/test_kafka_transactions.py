@@ -35,24 +35,6 @@ from scenario_support import (
 
 from kipproducer import Producer
 
-TXN_STATE_PARTITIONS = 3   # transaction.state.log.num.partitions in kafka_cluster.BASE_CONFIG
-
-
-def java_string_hash(text: str) -> int:
-    h = 0
-    data = text.encode("utf-16-be")   # Java hashes UTF-16 code units
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def coordinator_of(cluster: KafkaCluster, transactional_id: str) -> int:
-    """The node leading the __transaction_state partition the id hashes to (Kafka's
-    ``abs(id.hashCode()) % partitions``)."""
-    h = java_string_hash(transactional_id)
-    partition = (0 if h == -(1 << 31) else abs(h)) % TXN_STATE_PARTITIONS
-    return cluster.leader("__transaction_state", partition)
-
 
 def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
     topic = cluster.unique_topic(f"txn-{kind}-{client}", PARTITIONS)
@@ -60,7 +42,7 @@ def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
     events = {}
     if kind == "coordinator_killed":
         # the coordinator exists once the first transaction begins; found and killed in 3
-        events = {3: lambda: cluster.kill(coordinator_of(cluster, tid))}
+        events = {3: lambda: cluster.kill(cluster.transaction_coordinator(tid))}
     outcome = run_transactions(client, cluster.bootstrap, topic, tid, events=events)
     for node_id, node in cluster.nodes.items():
         if not node.alive:

@@ -6,7 +6,14 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from kipproducer.broker.embedded import EmbeddedBroker
@@ -61,18 +68,31 @@ def read(bootstrap: str, topic: str, partitions: int, isolation: str = "read_com
     return out
 
 
+def log_ends(bootstrap: str, topic: str, partitions: int,
+             isolation: str = "read_uncommitted") -> dict[int, int]:
+    """Each partition's end for a reader at ``isolation``: the high watermark, or the last
+    stable offset (read_committed)."""
+    level = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
+             else IsolationLevel.READ_UNCOMMITTED)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})  # no info lines
+    deadline = time.monotonic() + 30
+    while True:
+        found = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest()
+                                    for p in range(partitions)}, isolation_level=level)
+        try:
+            return {tp.partition: future.result(10).offset for tp, future in found.items()}
+        except KafkaException:
+            # a leader just elected (a new topic, a node killed) is not known everywhere yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def stable(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
     """Wait until no transaction holds a partition's last stable offset back."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-
-    def ends(isolation: IsolationLevel) -> dict[int, int]:
-        found = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps},
-                                   isolation_level=isolation)
-        return {tp.partition: future.result(10).offset for tp, future in found.items()}
-
     deadline = time.monotonic() + timeout
-    while ends(IsolationLevel.READ_COMMITTED) != ends(IsolationLevel.READ_UNCOMMITTED):
+    while (log_ends(bootstrap, topic, partitions, "read_committed")
+           != log_ends(bootstrap, topic, partitions, "read_uncommitted")):
         assert time.monotonic() < deadline, f"{topic}: transactions still open"
         time.sleep(0.2)
 

@@ -13,6 +13,7 @@ it finds them with ListTransactions (KIP-664, Kafka 3.0+) by their common prefix
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,6 +25,11 @@ log = logging.getLogger("kipproducer.spark")
 
 #: Parallel EndTxn / InitProducerId calls of the driver.
 THREADS = 8
+#: How long the driver asks a broker that does not answer ListTransactions again (a node
+#: killed stays in the metadata until the controller fences it: Kafka's default
+#: broker.session.timeout.ms is 9 s), and the pause between rounds.
+LIST_WAIT_S = 30.0
+LIST_RETRY_BACKOFF_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -90,13 +96,21 @@ def run_all(calls: Iterable[Any]) -> None:
         raise errors[0]
 
 
-def transactional_ids(props: Mapping[str, Any], prefix: str) -> dict[str, str] | None:
+def transactional_ids(props: Mapping[str, Any], prefix: str,
+                      wait_s: float = LIST_WAIT_S) -> dict[str, str] | None:
     """{transactional id: state} of every id starting with ``prefix`` known to any broker's
     coordinator (ListTransactions on each broker), or None when the cluster cannot list
-    them (Kafka before 3.0, no Describe permission)."""
+    them (Kafka before 3.0, no Describe permission).
+
+    A broker that cannot be reached or answers with a retriable error (a node just killed is
+    still in the metadata until the controller fences it; a coordinator that moved is still
+    loading its transactions) is asked again, with fresh metadata, for up to ``wait_s``:
+    skipping it would leave the leftovers it coordinates open until transaction.timeout.ms,
+    holding read_committed readers back. After that, what the other brokers listed."""
     from confluent_kafka.admin import AdminClient
 
     from ..blocking_client import RequestFailed
+    from ..protocol import error_codes as ec
     from ..transactions_cli import TransactionsClient
     from .options import connection
 
@@ -106,19 +120,39 @@ def transactional_ids(props: Mapping[str, Any], prefix: str) -> dict[str, str] |
         log.warning("cannot list transactions over %s: leftover transactions of failed "
                     "attempts end by transaction.timeout.ms", protocol)
         return None
-    brokers = AdminClient(conf).list_topics(timeout=30).brokers.values()
+    admin = AdminClient(conf)
+    deadline = time.monotonic() + wait_s
     found: dict[str, str] = {}
-    for broker in brokers:
-        try:
-            with TransactionsClient(f"{broker.host}:{broker.port}", conf) as client:
-                for t in client.list_transactions():
-                    if t.transactional_id.startswith(prefix):
-                        found[t.transactional_id] = t.transaction_state
-        except (RequestFailed, OSError, ValueError, KeyError) as exc:
-            log.warning("ListTransactions on broker %s failed (%s): leftover transactions of "
-                        "failed attempts end by transaction.timeout.ms", broker.id, exc)
-            return None
-    return found
+    while True:
+        unanswered: dict[int, str] = {}
+        for broker in admin.list_topics(timeout=30).brokers.values():
+            try:
+                with TransactionsClient(f"{broker.host}:{broker.port}", conf) as client:
+                    for t in client.list_transactions():
+                        if t.transactional_id.startswith(prefix):
+                            found[t.transactional_id] = t.transaction_state
+            except OSError as exc:
+                unanswered[broker.id] = str(exc)
+            except RequestFailed as exc:
+                if exc.code is None or not ec.is_retriable(exc.code):
+                    return _cannot_list(broker.id, exc)
+                unanswered[broker.id] = str(exc)
+            except (ValueError, KeyError) as exc:  # no ListTransactions (Kafka before 3.0)
+                return _cannot_list(broker.id, exc)
+        if not unanswered:
+            return found
+        if time.monotonic() > deadline:
+            log.warning("ListTransactions unanswered by brokers %s for %.0f s: leftover "
+                        "transactions of failed attempts they coordinate end by "
+                        "transaction.timeout.ms", unanswered, wait_s)
+            return found
+        time.sleep(LIST_RETRY_BACKOFF_S)
+
+
+def _cannot_list(broker_id: int, exc: Exception) -> None:
+    log.warning("ListTransactions on broker %s failed (%s): leftover transactions of failed "
+                "attempts end by transaction.timeout.ms", broker_id, exc)
+    return None
 
 
 def settle(props: Mapping[str, Any], prefix: str, commit: Iterable[OpenTransaction],
