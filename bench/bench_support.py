@@ -97,7 +97,7 @@ def broker_data_dir(prefix: str) -> tuple[str, str]:
     return tempfile.mkdtemp(prefix=prefix), "in the temp dir"
 
 
-def _src_is_built() -> bool:
+def src_is_built() -> bool:
     """Does the checkout's src/ hold compiled extensions (an editable install or
     ``python setup.py build_ext --inplace``)? Without them it cannot be imported."""
     from importlib.machinery import EXTENSION_SUFFIXES
@@ -111,7 +111,7 @@ def child_env() -> dict[str, str]:
     """The environment of a child process: it imports kipproducer from this checkout when
     src/ is built in place, else the installed package (the README's ``pip install``)."""
     env = dict(os.environ)
-    if _src_is_built():
+    if src_is_built():
         env["PYTHONPATH"] = os.path.join(ROOT, "src") + os.pathsep + env.get("PYTHONPATH", "")
     return env
 

@@ -79,6 +79,7 @@ from bench_support import (
     brokers_cpu,
     delete_topics,
     load_average,
+    src_is_built,
     start_broker,
     tree_cpu,
     versions,
@@ -790,8 +791,9 @@ def main() -> None:
         parser.error("--contenders and --broker kafka1/kafka3 take a spark-sql-kafka lane "
                      "(the other tables are issue 14's and 25's on kip broker)")
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "src"))
+    if src_is_built():  # this checkout, built in place; else the installed package
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__))), "src"))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     if peer:
         spark_kafka_jars()  # fetched (once) before the broker starts
