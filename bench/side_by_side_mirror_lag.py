@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import signal
 import statistics
 import struct
@@ -34,15 +33,12 @@ import threading
 import time
 
 from bench_support import BROKERS, BenchBroker, broker_cpu, child_env, start_broker
+from side_by_side_mirror import MM2, PARTITIONS, PRESERVE, TRANSACTIONAL, cpu_seconds
 
-PARTITIONS = 3
-PRESERVE = "kip mirror preserve"
-TRANSACTIONAL = "kip mirror transactional"
 # The same with --commit-interval-ms 100 (the default, 1000, is for throughput): a record is
 # readable once its transaction commits
 TRANSACTIONAL_FAST = "kip mirror transactional, 100 ms commits"
 COMMIT_INTERVAL_MS = {TRANSACTIONAL: 1000, TRANSACTIONAL_FAST: 100}
-MM2 = "MirrorMaker 2 exactly-once"
 WARM_UP_S = 180.0   # the lane's start (a JVM and its connectors for MirrorMaker 2)
 DRAIN_S = 180.0     # after the writing stops, for the last record to arrive
 VALUE = struct.Struct(">qq")  # sequence number, produce() wall clock in ns; padded to 100 B
@@ -52,11 +48,6 @@ PAD = bytes(100 - VALUE.size)
 def heading(choice: str) -> str:
     where = "Apache Kafka, 1 node per cluster" if BROKERS[choice] else "kip broker"
     return f"## Mirror live lag on {where}: kip mirror vs MirrorMaker 2 (issue 43)"
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_kip_lane(lane: str, source: str, target: str, topic: str, out: str,

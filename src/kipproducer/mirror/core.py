@@ -166,11 +166,10 @@ class Mirror:
                     self._fetch_round()
                 else:
                     self._round()
-                self.writer.maybe_commit(
-                    caught_up=bool(self.assigned) and self.at_end >= set(self.assigned))
+                caught_up = bool(self.assigned) and self.at_end >= set(self.assigned)
+                self.writer.maybe_commit(caught_up=caught_up)
                 self.metrics.tick()
-                if once and self.assigned and self.at_end >= set(self.assigned) \
-                        and self.writer.idle():
+                if once and caught_up and self.writer.idle():
                     break
             self.writer.finish()
         finally:
