@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from mirror_support import (
     compacted_topic,
     create,
@@ -278,3 +278,31 @@ def test_bad_arguments():
         Mirror("127.0.0.1:1", "127.0.0.1:1", "x", mode="fast", progress=False)
     with pytest.raises(MirrorError, match="reader"):
         Mirror("127.0.0.1:1", "127.0.0.1:1", "x", reader="quick", progress=False)
+
+
+class MetadataWithoutThePartition(Consumer):
+    """A probe whose librdkafka metadata cache lost a partition the mirror knows, as a
+    long-lived client's cache did on Apache Kafka after a node was killed and came back: every
+    watermark query answers _UNKNOWN_PARTITION without asking a broker."""
+
+    def get_watermark_offsets(self, *args, **kwargs):
+        raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,
+                                        "Failed to get watermark offsets: Local: Unknown "
+                                        "partition"))
+
+
+def test_a_probe_whose_metadata_lost_a_partition_is_replaced(source, target, topics):
+    """The mirror's watermark probe is replaced when its cache lacks a known partition, and
+    the next try asks the cluster (before, the stuck probe was asked again until the mirror's
+    timeout, and the mirror stopped with 'Unknown partition')."""
+    topic = topics["trimmed"]
+    mirror = Mirror(source.bootstrap_servers, target.bootstrap_servers, topic,
+                    mode="preserve", progress=False, timeout=5)
+    stuck = MetadataWithoutThePartition({"bootstrap.servers": source.bootstrap_servers,
+                                         "group.id": unique("stuck")})
+    mirror._probes["source"] = stuck
+    try:
+        assert mirror.watermarks("source", topic, 0) == watermarks(source, topic)[0]
+        assert mirror._probes["source"] is not stuck
+    finally:
+        mirror.close_probes()

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from ..clients import connection_properties, first_records
 from .fetcher import FetchReader, unsupported
@@ -30,9 +30,12 @@ from .topics import (
     TopicMap,
     TopicPair,
     error_text,
+    kafka_error_of,
     retry_transient,
 )
 from .writers import PreserveWriter, TransactionalWriter, Writer
+
+T = TypeVar("T")
 
 log = logging.getLogger("kipproducer.mirror")
 
@@ -285,13 +288,11 @@ class Mirror:
 
     def watermarks(self, side: str, topic: str, partition: int) -> tuple[int, int]:
         """(low, high) of a partition on ``side`` ('source' or 'target'), asked now."""
-        consumer = self._probe(side)
         try:
             # A leader that moved answers NOT_LEADER until the probe's metadata catches up:
             # asked again until the mirror's timeout, as every transient error.
-            return retry_transient(lambda: consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=self.timeout, cached=False),
-                self.timeout)
+            return self._ask_probe(side, lambda consumer: consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self.timeout, cached=False))
         except CLIENT_ERRORS as exc:
             raise MirrorError(f"watermarks of {side} {topic}[{partition}]: "
                               f"{error_text(exc)}") from None
@@ -301,9 +302,8 @@ class Mirror:
         reads it, the target read_uncommitted); None at the partition's end; OUT_OF_RANGE
         when the offset is below the log start or above the log end."""
         try:
-            return retry_transient(lambda: first_records(
-                self._probe(side), topic, {partition: offset}, self.timeout)[partition],
-                self.timeout)
+            return self._ask_probe(side, lambda consumer: first_records(
+                consumer, topic, {partition: offset}, self.timeout)[partition])
         except CLIENT_ERRORS as exc:
             raise MirrorError(f"reading {side} {topic}[{partition}] at {offset}: "
                               f"{error_text(exc)}") from None
@@ -337,6 +337,26 @@ class Mirror:
                               f"within {self.timeout:.0f} s")
         finally:
             consumer.unassign()
+
+    def _ask_probe(self, side: str, call: Callable[[Consumer], T]) -> T:
+        """``call(probe)`` asked again on transient errors until the mirror's timeout. A probe
+        whose metadata lacks a partition the mirror knows (_UNKNOWN_PARTITION) is replaced
+        before the next try: librdkafka can keep such a cache entry for a long-lived client
+        after a node is killed and comes back (seen on Apache Kafka), and only a fresh
+        client's metadata request clears it."""
+        def once() -> T:
+            try:
+                return call(self._probe(side))
+            except KafkaException as exc:
+                if kafka_error_of(exc).code() == KafkaError._UNKNOWN_PARTITION:
+                    self._drop_probe(side)
+                raise
+        return retry_transient(once, self.timeout)
+
+    def _drop_probe(self, side: str) -> None:
+        consumer = self._probes.pop(side, None)
+        if consumer is not None:
+            consumer.close()
 
     def _probe(self, side: str) -> Consumer:
         """A consumer for looking at one side (watermarks, single records), kept for the run:
