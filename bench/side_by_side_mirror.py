@@ -241,6 +241,9 @@ def main(argv=None) -> None:
     ap.add_argument("--broker", choices=["kip", "kafka1"], default="kip",
                     help="two `kip broker`s (default), or two 1-node Apache Kafka clusters "
                          "(kafka1; then MirrorMaker 2 is a lane too)")
+    ap.add_argument("--shapes", default="dense,compacted",
+                    help="with --broker kafka1: the source shapes copied, comma-separated "
+                         "(dense, compacted; default both)")
     ap.add_argument("--write", metavar="PATH")
     ap.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -252,7 +255,9 @@ def main(argv=None) -> None:
 
     on_kafka = BROKERS[args.broker] > 0
     if on_kafka:
-        shapes = ["dense", "compacted"]
+        shapes = [shape for shape in args.shapes.split(",") if shape]
+        if not shapes or set(shapes) - {"dense", "compacted"}:
+            ap.error(f"--shapes takes dense and/or compacted, not {args.shapes!r}")
         jobs = [(lane, shape) for shape in shapes
                 for lane in (CONFLUENT, PRESERVE, TRANSACTIONAL, MM2)]
     else:
@@ -358,7 +363,8 @@ def kafka_report(args: argparse.Namespace, n: int, jobs: list[tuple[str, str]],
     lines = [
         kafka_heading(BROKERS[args.broker]), "",
         f"Command: `python bench/side_by_side_mirror.py --records {args.records} --repeat "
-        f"{args.repeat} --broker {args.broker}` (median of {args.repeat} alternating runs, "
+        f"{args.repeat} --broker {args.broker}"
+        f"{'' if args.shapes == 'dense,compacted' else ' --shapes ' + args.shapes}` (median of {args.repeat} alternating runs, "
         f"one process per run; whole run {took:.0f} s). Machine: {machine()}, /proc/loadavg "
         f"after: {load_average()}. Versions: {versions()}.",
         f"Brokers: two clusters, each {broker.words}; data {broker.data_where}; the "
@@ -397,7 +403,7 @@ def kafka_report(args: argparse.Namespace, n: int, jobs: list[tuple[str, str]],
             f"{median(job, 'whole_seconds'):.1f} | {speed(job) / base:.2f}x | "
             f"yes ({n:,} records, in order) | {'yes' if lane == PRESERVE else 'no'} |")
     lines.append("")
-    for shape in ("dense", "compacted"):
+    for shape in sorted({shape for _, shape in jobs}, key=("dense", "compacted").index):
         for lane, target in ((TRANSACTIONAL, 5.0), (PRESERVE, 2.0 if shape == "dense" else 0)):
             ratios = [m["seconds"] / k["seconds"] for k, m in zip(
                 results[(lane, shape)], results[(MM2, shape)], strict=True)]

@@ -788,20 +788,23 @@ class Producer(confluent_kafka.Producer):
 
     def append(self, topic: str, values, *, partition: int, keys=None, headers=None,
                timestamps=None, offsets=None, expected_offset: int | None = None,
-               timeout: float | None = None) -> int:
+               expected_key_offsets=None, timeout: float | None = None) -> int:
         """Write columns of records to one partition and wait for the verdict; returns the
         offset of the first record.
 
         The waiting form of ``produce_arrays``: with ``expected_offset=N`` (KIP-27) the
         records are appended only if the log ends at N, else :class:`OffsetMismatchError`
         (``log_end_offset`` tells where it ends); with ``offsets=`` (KIP-391)
-        :class:`InvalidProduceOffsetError` when an offset is below the log end. Other
-        failures raise ``KafkaException``. More records than one batch holds are several
-        batches, each checked as it is written (see docs/guarantees.md). Serves other
-        callbacks while it waits, as flush() does. ``timeout`` None: delivery.timeout.ms.
+        :class:`InvalidProduceOffsetError` when an offset is below the log end; with
+        ``expected_key_offsets=`` (one entry per record, docs/per-key-conditional.md) the
+        records are appended together only if every key's last offset is the one expected,
+        else :class:`KeyOffsetMismatchError` naming the first key whose condition failed
+        (``key``, ``expected``, ``actual``). Other failures raise ``KafkaException``. More
+        records than one batch holds are several batches, each checked as it is written (see
+        docs/guarantees.md), except with ``expected_key_offsets=``, where they are refused.
+        Serves other callbacks while it waits, as flush() does. ``timeout`` None:
+        delivery.timeout.ms.
         """
-        from .errors import ProduceOffsetKafkaError, raise_for
-
         if self._transactional:
             raise KafkaException(KafkaError(KafkaError._NOT_IMPLEMENTED, "append() sends "
                                             "through kipproducer's engine, which takes no "
@@ -812,20 +815,29 @@ class Producer(confluent_kafka.Producer):
         def on_delivery(err, report) -> None:
             outcome.append((err, report))
 
+        # Key conditions report per record: each refused record has its own error, and the
+        # one to raise is a failed condition, not a neighbour's OPERATION_NOT_ATTEMPTED.
+        per_record = expected_key_offsets is not None
         count = self.produce_arrays(topic, values, keys=keys, headers=headers,
                                     timestamps=timestamps, partition=partition,
                                     on_delivery=on_delivery, offsets=offsets,
-                                    expected_offset=expected_offset, per_record=False)
+                                    expected_offset=expected_offset,
+                                    expected_key_offsets=expected_key_offsets,
+                                    per_record=per_record)
+
+        def reported() -> int:
+            return len(outcome) if per_record else sum(r.count for _, r in outcome)
+
         if self._emulation is not None:  # emulated calls are settled here, synchronously
             self._emulation.serve(final=True)
-            if sum(r.count for _, r in outcome) >= count:
+            if reported() >= count:
                 return _stock.append_verdict(outcome)
         engine = self._engine_or_start()
         wait = engine.config.delivery_timeout_ms / 1000 + 5 if timeout is None else timeout
         deadline = time.monotonic() + wait
         engine.begin_flush()
         try:
-            while sum(r.count for _, r in outcome) < count:
+            while reported() < count:
                 if time.monotonic() > deadline:
                     raise KafkaException(KafkaError(
                         KafkaError._TIMED_OUT, f"append to {topic}[{partition}]: no verdict "
@@ -834,16 +846,13 @@ class Producer(confluent_kafka.Producer):
                 self._serve_engine(0.01)
         finally:
             engine.end_flush()
-        for err, _report in outcome:  # in delivery order: the first failure is raised
-            if err is not None:
-                if isinstance(err, ProduceOffsetKafkaError):
-                    raise_for(err)
-                unreachable = _unreachable(engine)
-                if unreachable and err.code() == KafkaError._MSG_TIMED_OUT:
-                    err = KafkaError(err.code(), f"append to {topic}[{partition}]: "
-                                     f"{err.str()}: {unreachable}")
-                raise KafkaException(err)
-        return min(report.offset() for _, report in outcome) if outcome else -1
+        err = _stock.first_failure(outcome)
+        if err is not None:
+            unreachable = _unreachable(engine)
+            if unreachable and err.code() == KafkaError._MSG_TIMED_OUT:
+                raise KafkaException(KafkaError(err.code(), f"append to {topic}[{partition}]: "
+                                                f"{err.str()}: {unreachable}"))
+        return _stock.append_verdict(outcome)
 
     def _batch_through_librdkafka(self, topic, messages, partition, on_delivery) -> int:
         queued = 0

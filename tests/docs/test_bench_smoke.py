@@ -57,8 +57,10 @@ KAFKA_RUNS = [
                                   "--contenders", "kip produce_arrays,java producer",
                                   "--callbacks", "both"],
      "kip produce_arrays / java producer, without callbacks"),
-    # two 1-node clusters, both shapes, MirrorMaker 2's JVM once per shape: about a minute
-    ("side_by_side_mirror.py", ["--records", "3000", "--repeat", "1", "--broker", "kafka1"],
+    # two 1-node clusters, MirrorMaker 2's JVM once: the dense shape only (the compacted one
+    # waits for Kafka's cleaner and starts MirrorMaker 2 again: a minute more of CI)
+    ("side_by_side_mirror.py", ["--records", "3000", "--repeat", "1", "--broker", "kafka1",
+                                "--shapes", "dense"],
      "kip mirror transactional / MirrorMaker 2"),
 ]
 

@@ -42,6 +42,7 @@ from producer_support import (  # noqa: E402
 
 __all__ = [
     "END_TXN", "KipProcess", "ProduceWatchProxy", "Rec", "TansuBroker", "TcpProxy",
+    "appended_with_key_conditions",
     "create_topic", "KeyReports", "in_threads", "kip_producer", "key_produced", "one_winner",
     "race_writer", "read_confluent",
     "read_kafka_python", "tansu_binary", "unique", "wait_until", "watermarks",
@@ -289,3 +290,28 @@ def one_winner(outcomes: list) -> tuple:
         if o[0] is not None:
             assert (o[0].code(), o[0].actual) == (KEY_OFFSET_MISMATCH, winners[0][2]), o
     return winners[0]
+
+
+def appended_with_key_conditions(p, topic: str) -> list[int]:
+    """Producer.append() with ``expected_key_offsets=`` on a new one-partition topic: two
+    aggregates created, a stale pair refused as a whole with KeyOffsetMismatchError naming
+    the stale key (not its neighbour, which was refused only with it), then the pair again
+    on the actual offsets. Returns the two successful calls' first offsets; four records are
+    in the partition."""
+    import pytest
+
+    from kipproducer.errors import KEY_ABSENT, KeyOffsetMismatchError
+
+    keys = [b"order-1", b"order-2"]
+    first = p.append(topic, [b"created", b"created"], keys=keys, partition=0,
+                     expected_key_offsets=[KEY_ABSENT, KEY_ABSENT])
+    with pytest.raises(KeyOffsetMismatchError) as refused:
+        p.append(topic, [b"paid", b"paid"], keys=keys, partition=0,
+                 expected_key_offsets=[first, KEY_ABSENT])
+    err = refused.value
+    assert (err.topic, err.partition, err.key) == (topic, 0, b"order-2")
+    assert (err.expected, err.actual) == (KEY_ABSENT, first + 1)
+    second = p.append(topic, [b"paid", b"paid"], keys=keys, partition=0,
+                      expected_key_offsets=[first, first + 1])
+    assert second > first + 1
+    return [first, second]

@@ -22,7 +22,14 @@ from emulated_support import (
     kill_9_when_open,
     new_topic,
 )
-from kip_support import KeyReports, in_threads, key_produced, one_winner, unique
+from kip_support import (
+    KeyReports,
+    appended_with_key_conditions,
+    in_threads,
+    key_produced,
+    one_winner,
+    unique,
+)
 
 from kipproducer.broker.embedded import EmbeddedBroker
 from kipproducer.errors import (
@@ -80,6 +87,17 @@ def test_absent_then_present_and_the_mismatch_names_everything(stock):
         assert (err.code(), err.actual) == (KEY_OFFSET_MISMATCH, paid)
     assert read_back(bootstrap, topic, 3) == [(partition, 0, b"order-7", b"created"),
                                               (partition, 2, b"order-7", b"paid")]
+
+
+def test_append_waits_for_the_verdict_of_key_conditions(stock):
+    """Producer.append(expected_key_offsets=) emulated: each call one transaction of the
+    writer; the refused pair is aborted or never sent, so read_committed sees four records."""
+    topic = keyed_topic(stock.bootstrap_servers, "key-append")
+    with emulated_producer(stock.bootstrap_servers) as p:
+        first, second = appended_with_key_conditions(p, topic)
+    assert [(o, k, v) for _, o, k, v in read_back(stock.bootstrap_servers, topic)] == [
+        (first, b"order-1", b"created"), (first + 1, b"order-2", b"created"),
+        (second, b"order-1", b"paid"), (second + 1, b"order-2", b"paid")]
 
 
 def test_a_stale_condition_refuses_the_whole_batch(stock):

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from kip_support import (
     KeyReports,
+    appended_with_key_conditions,
     create_topic,
     in_threads,
     key_produced,
@@ -133,6 +134,18 @@ def test_produce_arrays_expected_key_offsets(broker):
     assert (stale.key, stale.expected, stale.actual) == (b"k50", 7, 50)
     assert batch_reports == [(None, 100, 100)]
     assert len(read_confluent(bootstrap, topic, 1, expected=200)) == 200
+
+
+def test_append_waits_for_the_verdict_of_key_conditions(broker):
+    """Producer.append(expected_key_offsets=): the offset of the first record, or one
+    KeyOffsetMismatchError naming the stale key; the refused pair is never written."""
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, unique("key-append"))
+    with kip_producer(bootstrap) as p:
+        first, second = appended_with_key_conditions(p, topic)
+    log = [(r.offset, r.key, r.value) for r in read_confluent(bootstrap, topic, 1, expected=4)]
+    assert log == [(first, b"order-1", b"created"), (first + 1, b"order-2", b"created"),
+                   (second, b"order-1", b"paid"), (second + 1, b"order-2", b"paid")]
 
 
 def test_concurrent_writers_on_one_key_exactly_one_wins(broker):

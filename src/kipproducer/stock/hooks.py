@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from ..client_config import parse_bool
-from ..errors import OffsetOrderError
+from ..errors import KEY_OFFSET_MISMATCH, OffsetOrderError
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
 from .emulation import Emulation, EngineTransactions
 from .probe import EmulationUnsupported
@@ -271,13 +271,22 @@ def key_conditional(emulation: Emulation, topic: str, partition: int, group: lis
     emulation.key_conditional(topic, partition, parts, expected, partitions)
 
 
+def first_failure(outcome: list) -> KafkaError | None:
+    """The error append() raises of its reports ``(err, report)``: a failed key condition
+    before the others (the records refused with it only because it failed carry
+    OPERATION_NOT_ATTEMPTED), else the first in delivery order; None when all succeeded."""
+    errors = [err for err, _ in outcome if err is not None]
+    return next((err for err in errors if err.code() == KEY_OFFSET_MISMATCH),
+                errors[0] if errors else None)
+
+
 def append_verdict(outcome: list) -> int:
     """What append() returns or raises once every report of the call is in."""
     from ..errors import ProduceOffsetKafkaError, raise_for
 
-    for err, _report in outcome:
-        if err is not None:
-            if isinstance(err, ProduceOffsetKafkaError):
-                raise_for(err)
-            raise KafkaException(err)
+    err = first_failure(outcome)
+    if err is not None:
+        if isinstance(err, ProduceOffsetKafkaError):
+            raise_for(err)
+        raise KafkaException(err)
     return min(report.offset() for _, report in outcome) if outcome else -1
