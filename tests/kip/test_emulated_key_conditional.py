@@ -414,3 +414,15 @@ def test_the_index_topic_gives_the_same_answers_reading_only_the_tail(stock):
     assert answers[True] == answers[False] == [
         (b"k1", 200), (b"k2", KEY_ABSENT), (b"k3", 204), (b"k4", KEY_ABSENT), (b"k5", 185),
         (b"zz", KEY_ABSENT)]
+
+
+def test_a_short_message_timeout_still_starts_the_writer(stock):
+    """message.timeout.ms of 3 s: the emulation's writer takes it as its transaction timeout
+    and shortens its socket timeout to match (librdkafka refused the writer's config before:
+    `socket.timeout.ms` must be <= `transaction.timeout.ms` + 100)."""
+    topic = keyed_topic(stock.bootstrap_servers, "key-short-timeout")
+    with emulated_producer(stock.bootstrap_servers, **{"message.timeout.ms": 3000}) as p:
+        assert p.append(topic, [b"created"], keys=[b"order-1"], partition=0,
+                        expected_key_offsets=[KEY_ABSENT]) == 0
+    assert [(o, k) for _, o, k, _ in read_back(stock.bootstrap_servers, topic)] == [
+        (0, b"order-1")]

@@ -625,9 +625,14 @@ class Emulation:
         txn_id = self._configured_id or f"kip-emulation-{uuid.uuid4().hex}"
         # linger.ms=0: every write is flushed at once anyway, and a linger shows in each
         # transaction's begin-to-EndTxn time
+        # The transaction timeout follows the user's message timeout (at least librdkafka's
+        # 1 s), and librdkafka refuses a socket timeout above it: a short message.timeout.ms
+        # shortens the writer's socket timeout too rather than failing its start.
+        txn_ms = max(1000, int(self._timeout * 1000))
+        socket_ms = min(int(self._connection.get("socket.timeout.ms", 60_000)), txn_ms)
         producer = self._engine_txns.new_producer({
             **self._connection, "transactional.id": txn_id, "linger.ms": 0,
-            "transaction.timeout.ms": int(self._timeout * 1000)})
+            "transaction.timeout.ms": txn_ms, "socket.timeout.ms": socket_ms})
         producer.init_transactions(self._timeout)
         return producer
 
