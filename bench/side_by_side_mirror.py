@@ -364,7 +364,8 @@ def kafka_report(args: argparse.Namespace, n: int, jobs: list[tuple[str, str]],
         kafka_heading(BROKERS[args.broker]), "",
         f"Command: `python bench/side_by_side_mirror.py --records {args.records} --repeat "
         f"{args.repeat} --broker {args.broker}"
-        f"{'' if args.shapes == 'dense,compacted' else ' --shapes ' + args.shapes}` (median of {args.repeat} alternating runs, "
+        f"{'' if args.shapes == 'dense,compacted' else ' --shapes ' + args.shapes}` "
+        f"(median of {args.repeat} alternating runs, "
         f"one process per run; whole run {took:.0f} s). Machine: {machine()}, /proc/loadavg "
         f"after: {load_average()}. Versions: {versions()}.",
         f"Brokers: two clusters, each {broker.words}; data {broker.data_where}; the "
