@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from fault_support import FSYNC, INIT_PRODUCER_ID, TIMEOUT_S, WRITE, fail, restart_healthy
+from integration_support import create_topics, unique
+from raw_client import RawClient
 
 from kipproducer.broker.groups import GroupCoordinator
 from kipproducer.protocol import error_codes as ec
@@ -220,3 +224,94 @@ def test_each_group_log_operation_failing_in_turn(tmp_path: Path, monkeypatch, c
             acked = asyncio.run(asyncio.wait_for(scenario(nth), 10))
         assert not [r for r in caplog.records if r.exc_info], (op, nth, caplog.text)
         assert f"[Errno {FAILURES[op]}]" in caplog.text + str(acked.raised), (op, nth)
+
+
+# -- a running broker under libfiu --------------------------------------------------------------
+
+ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 25, 26, 28
+
+
+class Transaction:
+    """One open transaction of ``transactional_id`` with offsets for ``group``, in exact
+    requests (so the fault can be turned on between AddOffsetsToTxn, whose record the
+    transaction log stores, and TxnOffsetCommit)."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, group: str) -> None:
+        self.client = RawClient(bootstrap)
+        self.transactional_id, self.group = transactional_id, group
+        init = self.client.request(INIT_PRODUCER_ID, 4, transactional_id=transactional_id,
+                                   transaction_timeout=60_000, producer_id=-1,
+                                   producer_epoch=-1)
+        assert init.error_code == ec.NONE, init
+        self.producer_id, self.epoch = init.producer_id, init.producer_epoch
+        added = self.client.request(ADD_OFFSETS_TO_TXN, 3, transactional_id=transactional_id,
+                                    producer_id=self.producer_id,
+                                    producer_epoch=self.epoch, group_id=group)
+        assert added.error_code == ec.NONE, added
+
+    def commit_offset(self, topic: str, offset: int) -> int:
+        """One TxnOffsetCommit of partition 0: its error code."""
+        body = self.client.request(
+            TXN_OFFSET_COMMIT, 3, transactional_id=self.transactional_id, group_id=self.group,
+            producer_id=self.producer_id, producer_epoch=self.epoch, generation_id=-1,
+            member_id="", group_instance_id=None,
+            topics=[{"name": topic, "partitions": [{
+                "partition_index": 0, "committed_offset": offset,
+                "committed_leader_epoch": -1, "committed_metadata": ""}]}])
+        return body.topics[0].partitions[0].error_code
+
+    def commit(self) -> int:
+        body = self.client.request(END_TXN, 3, transactional_id=self.transactional_id,
+                                   producer_id=self.producer_id, producer_epoch=self.epoch,
+                                   committed=True)
+        self.client.close()
+        return body.error_code
+
+
+def committed(bootstrap: str, topic: str, group: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        return consumer.committed([TopicPartition(topic, 0)], timeout=TIMEOUT_S)[0].offset
+    finally:
+        consumer.close()
+
+
+def commit_error(consumer: Consumer, topic: str, offset: int) -> str | None:
+    """A synchronous OffsetCommit of partition 0: None, or the error's name."""
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    except KafkaException as exc:
+        return exc.args[0].name()
+    return None
+
+
+@pytest.mark.parametrize("point", [FSYNC, WRITE], ids=["fsync-eio", "write-eio"])
+def test_commits_the_group_log_cannot_store_are_refused_and_retried(
+        kip_broker, fiu, point: str) -> None:
+    broker = kip_broker(wrapper=fiu)
+    topic = unique("group-log")
+    create_topics(broker.bootstrap, {topic: 1})
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "plain",
+                         "enable.auto.commit": False})
+    assert commit_error(consumer, topic, 5) is None
+    transaction = Transaction(broker.bootstrap, "tx", "transactional")
+
+    fail(broker.pid, point)
+    assert commit_error(consumer, topic, 7) == "NOT_COORDINATOR"
+    assert transaction.commit_offset(topic, 9) == ec.NOT_COORDINATOR
+    fail(broker.pid, point, on=False)
+    if point == FSYNC:  # (a failing write() takes the broker's log lines with it)
+        logged = broker.wait_for_log("group transactional: could not store transactional "
+                                     "offsets: [Errno 5]")
+        # one line per refused request (librdkafka retried the commit a few times first)
+        assert "group plain: could not store committed offsets: [Errno 5]" in logged
+
+    # The disk works again: so do commits, without a restart.
+    assert commit_error(consumer, topic, 8) is None
+    assert transaction.commit_offset(topic, 10) == ec.NONE
+    assert transaction.commit() == ec.NONE
+    consumer.close()
+
+    restart_healthy(broker)
+    assert committed(broker.bootstrap, topic, "plain") == 8
+    assert committed(broker.bootstrap, topic, "transactional") == 10
