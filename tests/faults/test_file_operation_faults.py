@@ -37,6 +37,7 @@ from fault_support import (
     watermark_error,
 )
 from integration_support import create_topics, unique
+from raw_client import RawClient
 
 from kipproducer.protocol import error_codes as ec
 
@@ -157,3 +158,31 @@ def test_a_failed_fsync_at_a_clean_stop_is_reported_and_every_partition_closed(
         writer.reconnect(broker.bootstrap)
         assert writer.write_one().base_offset == len(acked)
         writer.close()
+
+
+def test_a_request_whose_code_cannot_be_loaded_closes_its_connection_with_one_line(
+        kip_broker, fiu) -> None:
+    """Out of file descriptors, a request of a kind the broker has not served yet cannot load
+    its protocol code (the schemas are imported on first use): the connection is closed with
+    one line naming the API and the error, and the same request is served once files open
+    again."""
+    broker = kip_broker(wrapper=fiu)
+    client = RawClient(broker.bootstrap)
+    fail(broker.pid, OPEN, error=errno.EMFILE)
+    with pytest.raises(ConnectionError):
+        describe_broker_configs(client)
+    fail(broker.pid, OPEN, on=False)
+    logged = broker.wait_for_log(f"cannot serve api {DESCRIBE_CONFIGS} v4 ([Errno 24]")
+    assert logged.count("closing") == 1
+    client = RawClient(broker.bootstrap)
+    assert describe_broker_configs(client).results[0].error_code == ec.NONE
+    client.close()
+
+
+DESCRIBE_CONFIGS = 32
+
+
+def describe_broker_configs(client: RawClient):
+    return client.request(DESCRIBE_CONFIGS, 4, resources=[{
+        "resource_type": 4, "resource_name": "1", "configuration_keys": None}],
+        include_synonyms=False, include_documentation=False)
