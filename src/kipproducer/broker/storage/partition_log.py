@@ -1468,12 +1468,22 @@ class PartitionLog:
                     continue
                 try:
                     cleaned = write_cleaned(segment, rules, stats)
+                except OSError as exc:
+                    # Reading the segment or writing its copy failed (open, read, write,
+                    # fsync): the log's own files are unchanged, so it stays online and the
+                    # copy is dropped (a restart removes one that could not be).
+                    self._first_dirty_offset = segment.base_offset
+                    log.error("%s: compacting segment %d failed (%s); the log is unchanged, "
+                              "the next compaction pass tries again", self.directory,
+                              segment.base_offset, exc)
+                    break
+                try:
                     with self._lock:
                         self._install_cleaned(segment, cleaned)
                 except OSError:
-                    # The disk failed the output or the swap (open, write, fsync, rename):
-                    # offline, as after a failed append; the old segment's log file is still
-                    # whole, and a restart removes the unfinished .cleaned file.
+                    # The disk failed the swap (an unlink, the rename, an fsync): offline, as
+                    # after a failed append; the old segment's log file is still whole, and a
+                    # restart removes the unfinished .cleaned file.
                     with self._lock, self._writing("a compaction pass", cut=False):
                         raise
         if stats.segments_cleaned:
