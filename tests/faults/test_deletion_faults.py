@@ -7,7 +7,8 @@ remove their files. A file the disk does not let go of is one log line naming th
 the error; the log is already consistent without it (reads start at the log start, the log
 start is the same after a restart), the next retention check tries again, and a restart
 removes what is left. A deleted topic's directory is renamed to ``*-delete`` before its files
-are removed: what cannot be removed is one log line, and the next start tries again.
+are removed, after ``topics.json`` no longer names the topic: a rename, unlink or rmdir that
+fails is one log line, and the next start removes what is left.
 
 The broker runs under ``fiu-run -x`` (libfiu wraps unlink(), which Python's os.unlink calls);
 topic deletion runs in this process, the LogManager's removal walking the directory with
@@ -22,6 +23,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from fault_support import (
     TIMEOUT_S,
@@ -34,7 +36,7 @@ from fault_support import (
 from integration_support import create_topics, unique
 from raw_client import RawClient
 
-from kipproducer.broker.storage.log_manager import LogManager
+from kipproducer.broker.storage.log_manager import DELETE_SUFFIX, LogManager
 from kipproducer.protocol import error_codes as ec
 from kipproducer.records import encode_batch
 
@@ -112,8 +114,20 @@ def test_segments_whose_files_cannot_be_unlinked_leave_the_log_and_go_later(
     writer.close()
 
 
+def _failing(error: int, real=None, suffix: str = ""):
+    """A stand-in for an os function: fails with ``error`` (only for a target ending with
+    ``suffix`` when ``real`` is given)."""
+    def call(path, *args, **kwargs):
+        target = args[0] if args else path
+        if real is None or os.fspath(target).endswith(suffix):
+            raise OSError(error, os.strerror(error) + " (injected)", path)
+        return real(path, *args, **kwargs)
+    return call
+
+
+@pytest.mark.parametrize("failing", ["unlink-and-rmdir", "rename"])
 def test_a_deleted_topic_whose_files_cannot_be_removed_is_gone_and_cleaned_later(
-        tmp_path: Path, monkeypatch, caplog) -> None:
+        tmp_path: Path, monkeypatch, caplog, failing: str) -> None:
     data_dir = tmp_path / "data"
     logs = LogManager(data_dir)
     logs.create_topic("t", 2)
@@ -121,28 +135,25 @@ def test_a_deleted_topic_whose_files_cannot_be_removed_is_gone_and_cleaned_later
         logs.get_log("t", partition).append(
             bytearray(encode_batch([(b"k", b"v", None, 1)])), assign_offsets=True)
 
-    def failing(name: str):
-        def call(path, *args, **kwargs):
-            raise OSError(errno.EIO, os.strerror(errno.EIO) + " (injected)", path)
-        return call
-
-    monkeypatch.setattr(os, "unlink", failing("unlink"))
-    monkeypatch.setattr(os, "rmdir", failing("rmdir"))
+    if failing == "rename":  # the directory's rename out of the way (topics.json's works)
+        monkeypatch.setattr(os, "replace", _failing(errno.EIO, os.replace, DELETE_SUFFIX))
+    else:
+        monkeypatch.setattr(os, "unlink", _failing(errno.EIO))
+        monkeypatch.setattr(os, "rmdir", _failing(errno.EIO))
     with caplog.at_level(logging.INFO, logger="kipproducer.broker.storage"):
         logs.delete_topic("t")  # the topic is gone from topics.json before any file goes
     monkeypatch.undo()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 2 and not any(r.exc_info for r in errors), caplog.text
-    assert "[Errno 5]" in errors[0].getMessage() and "the next start tries again" in (
+    assert "[Errno 5]" in errors[0].getMessage() and "the next start" in (
         errors[0].getMessage())
     assert "t" not in logs.topics()
+    logs.close()
+    assert len([path for path in data_dir.iterdir() if path.name.startswith("t-")]) == 2
+
+    logs = LogManager(data_dir)  # the disk is healthy again
+    assert "t" not in logs.topics()
+    assert not [path for path in data_dir.iterdir() if path.name.startswith("t-")]
     logs.create_topic("t", 1)  # a new topic of the same name starts empty
     assert logs.get_log("t", 0).log_end_offset == 0
-    logs.close()
-
-    leftovers = [path for path in data_dir.iterdir() if path.name.endswith("-delete")]
-    assert len(leftovers) == 2
-    logs = LogManager(data_dir)  # the disk is healthy again
-    assert not [path for path in data_dir.iterdir() if path.name.endswith("-delete")]
-    assert logs.topic("t").partitions == 1 and logs.get_log("t", 0).log_end_offset == 0
     logs.close()

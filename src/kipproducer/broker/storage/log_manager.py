@@ -403,11 +403,21 @@ class LogManager:
                 if partition_log is not None:
                     partition_log.close_handles()
                 directory = self._partition_dir(name, partition)
-                if directory.exists():
-                    # Renamed first, so a crash during the removal leaves a "-delete" directory
-                    # that the next start removes.
-                    self._remove_dir(directory)
-            fsync_dir(self.data_dir)
+                try:
+                    if directory.exists():
+                        # Renamed first, so a crash during the removal leaves a "-delete"
+                        # directory that the next start removes.
+                        self._remove_dir(directory)
+                except OSError as exc:
+                    # The topic is gone (topics.json says so): its files are only disk space,
+                    # and the next start removes a directory that belongs to no topic.
+                    log.error("could not remove %s (%s); the next start removes it",
+                              directory, exc)
+            try:
+                fsync_dir(self.data_dir)
+            except OSError as exc:  # (a crash may bring a renamed directory back: see above)
+                log.error("could not fsync %s after deleting topic %s (%s)", self.data_dir,
+                          name, exc)
             log.info("deleted topic %s (%s)", name, info.topic_id)
             return info
 
