@@ -29,6 +29,7 @@ from fault_support import (
     TIMEOUT_S,
     IdempotentWriter,
     fail,
+    fail_os_call,
     read_partition,
     restart_healthy,
     segment_files,
@@ -36,7 +37,7 @@ from fault_support import (
 from integration_support import create_topics, unique
 from raw_client import RawClient
 
-from kipproducer.broker.storage.log_manager import DELETE_SUFFIX, LogManager
+from kipproducer.broker.storage.log_manager import LogManager
 from kipproducer.protocol import error_codes as ec
 from kipproducer.records import encode_batch
 
@@ -114,17 +115,6 @@ def test_segments_whose_files_cannot_be_unlinked_leave_the_log_and_go_later(
     writer.close()
 
 
-def _failing(error: int, real=None, suffix: str = ""):
-    """A stand-in for an os function: fails with ``error`` (only for a target ending with
-    ``suffix`` when ``real`` is given)."""
-    def call(path, *args, **kwargs):
-        target = args[0] if args else path
-        if real is None or os.fspath(target).endswith(suffix):
-            raise OSError(error, os.strerror(error) + " (injected)", path)
-        return real(path, *args, **kwargs)
-    return call
-
-
 @pytest.mark.parametrize("failing", ["unlink-and-rmdir", "rename"])
 def test_a_deleted_topic_whose_files_cannot_be_removed_is_gone_and_cleaned_later(
         tmp_path: Path, monkeypatch, caplog, failing: str) -> None:
@@ -136,10 +126,11 @@ def test_a_deleted_topic_whose_files_cannot_be_removed_is_gone_and_cleaned_later
             bytearray(encode_batch([(b"k", b"v", None, 1)])), assign_offsets=True)
 
     if failing == "rename":  # the directory's rename out of the way (topics.json's works)
-        monkeypatch.setattr(os, "replace", _failing(errno.EIO, os.replace, DELETE_SUFFIX))
+        fail_os_call(monkeypatch, "replace", errno.EIO,
+                     lambda path: os.path.basename(path).startswith("t-"))
     else:
-        monkeypatch.setattr(os, "unlink", _failing(errno.EIO))
-        monkeypatch.setattr(os, "rmdir", _failing(errno.EIO))
+        fail_os_call(monkeypatch, "unlink", errno.EIO)
+        fail_os_call(monkeypatch, "rmdir", errno.EIO)
     with caplog.at_level(logging.INFO, logger="kipproducer.broker.storage"):
         logs.delete_topic("t")  # the topic is gone from topics.json before any file goes
     monkeypatch.undo()

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -44,6 +43,7 @@ from fault_support import (
     WRITE,
     IdempotentWriter,
     fail,
+    fail_os_call,
     read_partition,
     restart_healthy,
     watermark_error,
@@ -296,18 +296,6 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
 
 # -- in this process: the periodic compaction of the coordinator's log fails -----------------
 
-def _fail_os(monkeypatch, name: str, error: int, suffix: str = "") -> None:
-    """Every call of os.<name> on a path ending with ``suffix`` fails with ``error``."""
-    real = getattr(os, name)
-
-    def failing(path, *args, **kwargs):
-        if os.fspath(path).endswith(suffix):
-            raise OSError(error, os.strerror(error) + " (injected)", path)
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, name, failing)
-
-
 @pytest.mark.parametrize(("name", "error", "suffix", "online"), [
     ("open", errno.EMFILE, ".cleaned", True),  # writing the compacted copy
     ("replace", errno.EIO, "", False),  # swapping the copy in
@@ -329,7 +317,7 @@ def test_a_failed_compaction_of_the_transaction_log_is_one_line(
         for i in range(30):  # about 6 state records per segment
             assert (await coordinator.init_producer_id(f"tx{i % 3}", 60_000)).error_code == 0
         epochs = {f"tx{i}": coordinator.get(f"tx{i}").producer_epoch for i in range(3)}
-        _fail_os(monkeypatch, name, error, suffix)
+        fail_os_call(monkeypatch, name, error, lambda path: path.endswith(suffix))
         with caplog.at_level(logging.INFO, logger="kipproducer.broker"):
             await coordinator.remove_expired()  # raises nothing
         monkeypatch.undo()
