@@ -10,8 +10,10 @@ consumer does. The ``segment_*`` helpers look at and edit the partition's files.
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +41,20 @@ def fail(pid: int, point: str, on: bool = True, *, error: int = errno.EIO) -> No
     fail with ``error`` from now on, or (``on=False``) succeed again."""
     command = f"enable name={point},failinfo={error}" if on else f"disable name={point}"
     subprocess.run(["fiu-ctrl", "-c", command, str(pid)], check=True, timeout=10)
+
+
+def fail_os_call(monkeypatch, name: str, error: int,
+                 when: Callable[[str], bool] = lambda path: True) -> None:
+    """In this process (the storage code running in the test): every call of os.<name>
+    whose path (its first argument) ``when`` accepts fails with ``error``."""
+    real = getattr(os, name)
+
+    def failing(path, *args, **kwargs):
+        if when(os.fspath(path)):
+            raise OSError(error, os.strerror(error) + " (injected)", path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, name, failing)
 
 
 @dataclass(frozen=True)

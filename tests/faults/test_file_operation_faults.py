@@ -15,7 +15,9 @@ appends into the active segment before it are still acknowledged; the failure is
 naming it and the error, and no traceback (the fixture fails the test on one); from then on
 the partition answers KAFKA_STORAGE_ERROR (56) to produce and ListOffsets; the broker stops
 cleanly, and after a restart on a healthy disk every acknowledged record is read back at its
-offset and producing continues at the log end.
+offset and producing continues at the log end. Two more: a failure writing a compaction's
+copy (not its swap) leaves the partition online, and a request the broker cannot load the
+code for closes its connection with one line.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from fault_support import (
     watermark_error,
 )
 from integration_support import create_topics, unique
+from raw_client import RawClient
 
 from kipproducer.protocol import error_codes as ec
 
@@ -157,3 +160,56 @@ def test_a_failed_fsync_at_a_clean_stop_is_reported_and_every_partition_closed(
         writer.reconnect(broker.bootstrap)
         assert writer.write_one().base_offset == len(acked)
         writer.close()
+
+
+def test_a_request_whose_code_cannot_be_loaded_closes_its_connection_with_one_line(
+        kip_broker, fiu) -> None:
+    """Out of file descriptors, a request of a kind the broker has not served yet cannot load
+    its protocol code (the schemas are imported on first use): the connection is closed with
+    one line naming the API and the error, and the same request is served once files open
+    again."""
+    broker = kip_broker(wrapper=fiu)
+    client = RawClient(broker.bootstrap)
+    fail(broker.pid, OPEN, error=errno.EMFILE)
+    with pytest.raises(ConnectionError):
+        describe_broker_configs(client)
+    fail(broker.pid, OPEN, on=False)
+    logged = broker.wait_for_log(f"cannot serve api {DESCRIBE_CONFIGS} v4 ([Errno 24]")
+    assert logged.count("closing") == 1
+    client = RawClient(broker.bootstrap)
+    assert describe_broker_configs(client).results[0].error_code == ec.NONE
+    client.close()
+
+
+DESCRIBE_CONFIGS = 32
+
+
+def describe_broker_configs(client: RawClient):
+    return client.request(DESCRIBE_CONFIGS, 4, resources=[{
+        "resource_type": 4, "resource_name": "1", "configuration_keys": None}],
+        include_synonyms=False, include_documentation=False)
+
+
+def test_a_compacted_copy_that_cannot_be_written_leaves_the_partition_online(
+        kip_broker, fiu) -> None:
+    """open failing (EMFILE) for the compaction's ``.cleaned`` copy: the log's own files are
+    unchanged, so the partition stays online (one line, the copy dropped) and the next pass,
+    once files open again, compacts."""
+    broker = kip_broker({**FAST_TIMER, "log.cleaner.backoff.ms": "100"}, wrapper=fiu)
+    topic = unique("compact-copy")
+    create_topics(broker.bootstrap, {topic: 1}, COMPACTION)
+    writer = IdempotentWriter(broker.bootstrap, topic, keys=5)
+    writer.write(40)
+    mark = len(broker.stderr_text())
+    fail(broker.pid, OPEN, error=errno.EMFILE)
+    logged = broker.wait_for_log("compacting segment 0 failed ([Errno 24]", start=mark)
+    assert "offline" not in logged
+    fail(broker.pid, OPEN, on=False)
+    broker.wait_for_log("compacted", start=mark)
+    assert high_watermark(broker.bootstrap, topic) == 40  # answered: it never went offline
+    acked = [(sent.offset, sent.value) for sent in writer.acked]
+    got = read_partition(broker.bootstrap, topic)
+    assert set(got) <= set(acked) and {acked[-1 - i] for i in range(5)} <= set(got)
+    assert len(got) < len(acked)
+    assert writer.write_one().base_offset == 40
+    writer.close()

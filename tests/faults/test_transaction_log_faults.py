@@ -21,14 +21,16 @@ consumers show, for InitProducerId, AddPartitionsToTxn and EndTxn:
   went offline) is acknowledged, as Kafka acknowledges EndTxn once the decision is stored,
   and the restart writes the marker.
 
-The last test runs the coordinator in this process on real logs and fails the n-th fsync of
-its log, for every state record of one transaction's life in turn (crash_sim's fault).
+The last tests run the coordinator in this process on real logs: one fails the n-th fsync of
+its log, for every state record of one transaction's life in turn (crash_sim's fault); the
+other fails the periodic compaction of its log, writing the compacted copy or swapping it in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,7 @@ from fault_support import (
     WRITE,
     IdempotentWriter,
     fail,
+    fail_os_call,
     read_partition,
     restart_healthy,
     watermark_error,
@@ -287,5 +290,57 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
             assert markers == [False]
         else:
             assert markers == []
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+# -- in this process: the periodic compaction of the coordinator's log fails -----------------
+
+@pytest.mark.parametrize(("name", "error", "suffix", "online"), [
+    ("open", errno.EMFILE, ".cleaned", True),  # writing the compacted copy
+    ("replace", errno.EIO, "", False),  # swapping the copy in
+], ids=["open-of-the-copy", "rename-at-the-swap"])
+def test_a_failed_compaction_of_the_transaction_log_is_one_line(
+        tmp_path: Path, monkeypatch, caplog, name: str, error: int, suffix: str,
+        online: bool) -> None:
+    """The coordinator compacts its log after each expiration check (hourly by default).
+    A failure writing the compacted copy leaves the log as it was and online: one line, and
+    the next check compacts. A failed swap takes the log offline as any partition's (one
+    line; COORDINATOR_NOT_AVAILABLE until a restart, which finds every state)."""
+
+    async def scenario() -> None:
+        logs = LogManager(tmp_path / "data")
+        directory = tmp_path / "data" / "__transactions"
+        coordinator = TransactionCoordinator(directory, segment_bytes=1024,
+                                             allocate_producer_id=logs.allocate_producer_id)
+        await coordinator.start()
+        for i in range(30):  # about 6 state records per segment
+            assert (await coordinator.init_producer_id(f"tx{i % 3}", 60_000)).error_code == 0
+        epochs = {f"tx{i}": coordinator.get(f"tx{i}").producer_epoch for i in range(3)}
+        fail_os_call(monkeypatch, name, error, lambda path: path.endswith(suffix))
+        with caplog.at_level(logging.INFO, logger="kipproducer.broker"):
+            await coordinator.remove_expired()  # raises nothing
+        monkeypatch.undo()
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and not errors[0].exc_info, caplog.text
+        assert f"[Errno {error}]" in errors[0].getMessage()
+        answer = await coordinator.init_producer_id("tx0", 60_000)
+        if online:
+            assert answer.error_code == ec.NONE
+            epochs["tx0"] += 1
+            caplog.clear()
+            with caplog.at_level(logging.INFO, logger="kipproducer.broker"):
+                await coordinator.remove_expired()
+            assert "compacted" in caplog.text and "ERROR" not in caplog.text
+        else:
+            assert answer.error_code == ec.COORDINATOR_NOT_AVAILABLE
+        await coordinator.close()
+
+        coordinator = TransactionCoordinator(directory, segment_bytes=1024,
+                                             allocate_producer_id=logs.allocate_producer_id)
+        await coordinator.start()
+        assert {f"tx{i}": coordinator.get(f"tx{i}").producer_epoch for i in range(3)} == epochs
+        await coordinator.close()
+        logs.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 20))

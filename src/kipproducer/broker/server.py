@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kipproducer.broker")
 
 _SIZE = struct.Struct(">i")
+_API_KEY_VERSION = struct.Struct(">hh")
 
 
 #: glibc's mallopt parameters (malloc.h).
@@ -469,73 +470,85 @@ class Connection:
     async def serve(self) -> None:
         while True:
             frame = await self.read_frame()
-            if self.session.raw_tokens:
-                await self.exchange_raw_token(frame)
-                continue
             try:
-                header, offset = parse_request_header(frame)
-                body = decode_body(header, frame, offset)
-            except ProtocolError as exc:
-                header = exc.header
-                if header is not None and header.api_key == API_VERSIONS:
-                    await self.send(header.correlation_id, unsupported_api_versions())
+                if self.session.raw_tokens:
+                    await self.exchange_raw_token(frame)
                     continue
-                log.warning(
-                    "connection %s from %s: undecodable request (%s); closing",
-                    self.id,
-                    self.host,
-                    exc,
-                )
-                raise ConnectionClosed from None
-            spec = API_TABLE.get(header.api_key)
-            if spec is None or not spec.min_version <= header.api_version <= spec.max_version:
-                if header.api_key == API_VERSIONS:
-                    await self.send(header.correlation_id, unsupported_api_versions())
-                    continue
-                log.warning(
-                    "connection %s from %s (%s): api %d v%d is not served; closing",
-                    self.id,
-                    self.host,
-                    header.client_id,
+                try:
+                    header, offset = parse_request_header(frame)
+                    body = decode_body(header, frame, offset)
+                except ProtocolError as exc:
+                    header = exc.header
+                    if header is not None and header.api_key == API_VERSIONS:
+                        await self.send(header.correlation_id, unsupported_api_versions())
+                        continue
+                    log.warning(
+                        "connection %s from %s: undecodable request (%s); closing",
+                        self.id,
+                        self.host,
+                        exc,
+                    )
+                    raise ConnectionClosed from None
+                spec = API_TABLE.get(header.api_key)
+                if spec is None or not spec.min_version <= header.api_version <= spec.max_version:
+                    if header.api_key == API_VERSIONS:
+                        await self.send(header.correlation_id, unsupported_api_versions())
+                        continue
+                    log.warning(
+                        "connection %s from %s (%s): api %d v%d is not served; closing",
+                        self.id,
+                        self.host,
+                        header.client_id,
+                        header.api_key,
+                        header.api_version,
+                    )
+                    raise ConnectionClosed
+                if self.session.expired and header.api_key not in (17, 36):
+                    log.info("connection %s from %s (%s): the SASL session of %s expired "
+                             "(connections.max.reauth.ms); closing", self.id, self.host,
+                             header.client_id, self.session.principal)
+                    raise ConnectionClosed
+                if not self.session.may_handle(header.api_key):
+                    log.warning(
+                        "connection %s from %s (%s): %s; closing",
+                        self.id,
+                        self.host,
+                        header.client_id,
+                        self.session.describe_refusal(header.api_key),
+                    )
+                    raise ConnectionClosed
+                ctx = RequestContext(
+                    self.broker,
                     header.api_key,
                     header.api_version,
-                )
-                raise ConnectionClosed
-            if self.session.expired and header.api_key not in (17, 36):
-                log.info("connection %s from %s (%s): the SASL session of %s expired "
-                         "(connections.max.reauth.ms); closing", self.id, self.host,
-                         header.client_id, self.session.principal)
-                raise ConnectionClosed
-            if not self.session.may_handle(header.api_key):
-                log.warning(
-                    "connection %s from %s (%s): %s; closing",
-                    self.id,
-                    self.host,
+                    header.correlation_id,
                     header.client_id,
-                    self.session.describe_refusal(header.api_key),
+                    self.host,
+                    self.id,
+                    self.session.principal,
+                    self.session,
                 )
-                raise ConnectionClosed
-            ctx = RequestContext(
-                self.broker,
-                header.api_key,
-                header.api_version,
-                header.correlation_id,
-                header.client_id,
-                self.host,
-                self.id,
-                self.session.principal,
-                self.session,
-            )
-            response = await spec.handler(ctx, body)
-            if response is None:  # acks=0 produce: no response, as Kafka
-                continue
-            # Each answer is written at once, even when more requests are queued: holding
-            # them for one write saves system calls but stalls the client's pipeline
-            # (measured: the gapped-offset copy ran 10-15% slower).
-            await self.send(header.correlation_id, response)
-            if self.session.close_requested:  # failed SASL: the answer is sent, now close
-                await self.drain_and_close()
-                raise ConnectionClosed
+                response = await spec.handler(ctx, body)
+                if response is None:  # acks=0 produce: no response, as Kafka
+                    continue
+                # Each answer is written at once, even when more requests are queued: holding
+                # them for one write saves system calls but stalls the client's pipeline
+                # (measured: the gapped-offset copy ran 10-15% slower).
+                await self.send(header.correlation_id, response)
+                if self.session.close_requested:  # failed SASL: the answer is sent, now close
+                    await self.drain_and_close()
+                    raise ConnectionClosed
+            except OSError as exc:
+                # The first request of a kind loads its protocol code (the schemas are
+                # imported on first use): out of file descriptors, or with a failing disk,
+                # that fails. One line, and the client reconnects and retries.
+                self.log_unservable(frame, exc)
+                raise ConnectionClosed from None
+
+    def log_unservable(self, frame: bytearray, exc: OSError) -> None:
+        api_key, api_version = _API_KEY_VERSION.unpack_from(frame) if len(frame) >= 4 else (-1, -1)
+        log.error("connection %s from %s: cannot serve api %d v%d (%s); closing",
+                  self.id, self.host, api_key, api_version, exc)
 
     async def drain_and_close(self) -> None:
         """Close after a failed authentication, as Kafka does: the answer is sent, and the

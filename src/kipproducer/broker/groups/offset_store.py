@@ -36,6 +36,7 @@ can compact without asking the coordinator. Not thread-safe: use from one thread
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -131,6 +132,10 @@ class GroupStore:
         self._next_seq = 1
         self._fd: int | None = None
         self._log_bytes = 0
+        # the log size at which to compact next (moved on by a failed compaction)
+        self._compact_at = compact_after_bytes
+        # a compaction renamed its snapshot into place but the directory fsync failed
+        self._directory_unsynced = False
 
     # ----------------------------------------------------------------- opening and closing
 
@@ -145,7 +150,7 @@ class GroupStore:
         self._open_log_for_append()
         if replayed:
             # start with an empty log so a restart loop does not keep replaying the same records
-            self.compact()
+            self._try_compact("at start; the next start replays the log again")
         return self.state_copy()
 
     def close(self) -> None:
@@ -154,9 +159,7 @@ class GroupStore:
             return
         try:
             if self._log_bytes:
-                self.compact()
-        except OSError:
-            logger.exception("could not compact the group log on close; it will be replayed")
+                self._try_compact("on close; the next start replays the log")
         finally:
             if self._fd is not None:
                 os.close(self._fd)
@@ -251,6 +254,10 @@ class GroupStore:
         """
         if self._fd is None:
             raise OSError("the group store is not open")
+        if self._directory_unsynced:
+            # a compaction switched to this segment but could not make the switch durable:
+            # no record in it is acknowledged before the switch is (see ``compact``)
+            self._sync_directory()
         data = encode_record(record)
         try:
             _write_all(self._fd, data)
@@ -264,11 +271,8 @@ class GroupStore:
             raise
         self._log_bytes += len(data)
         self._apply(record)
-        if self._log_bytes >= self._compact_after_bytes:
-            try:
-                self.compact()
-            except OSError:
-                logger.exception("group log compaction failed; will retry after the next append")
+        if self._log_bytes >= self._compact_at:
+            self._try_compact(f"retried after {self._compact_after_bytes} more bytes of log")
 
     def _apply(self, record: dict[str, Any]) -> None:
         kind = record["type"]
@@ -310,8 +314,26 @@ class GroupStore:
 
     # ---------------------------------------------------------------------- compaction
 
+    def _try_compact(self, then: str) -> None:
+        """Compact; a failure is one log line (the state stays consistent, see ``compact``)
+        and the next attempt waits until the log has grown by another compaction's worth."""
+        try:
+            self.compact()
+        except OSError as exc:
+            self._compact_at = self._log_bytes + self._compact_after_bytes
+            logger.error("group log compaction failed (%s); %s", exc, then)
+
     def compact(self) -> None:
-        """Snapshot the whole state, start a new empty segment, drop the old one."""
+        """Snapshot the whole state, start a new empty segment, drop the old one.
+
+        Until the new snapshot is renamed into place a failure undoes the new files and leaves
+        the old segment the log. From the rename on the snapshot names the new segment, so the
+        store switches to it whatever fails next (appending to the old one would put records
+        where the next start does not read them). If the directory cannot be fsynced after the
+        rename, the old segment is kept and every append first retries that fsync: a record of
+        the new segment is only acknowledged once a crash cannot bring back the old snapshot.
+        Raises OSError when any step failed.
+        """
         old_fd, old_path = self._fd, self.log_path
         new_segment = self._segment + 1
         new_path = self._segment_path(new_segment)
@@ -323,15 +345,25 @@ class GroupStore:
             self._write_snapshot(new_segment)
         except BaseException:
             os.close(new_fd)
-            new_path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # (a leftover is removed by the next open)
+                new_path.unlink(missing_ok=True)
             raise
-        # the new snapshot is durable: from here on the old segment is garbage
+        # the snapshot naming the new segment is in place: from here on the old one is garbage
         self._fd, self._segment, self._log_bytes = new_fd, new_segment, 0
+        self._compact_at = self._compact_after_bytes
         if old_fd is not None:
             os.close(old_fd)
+        self._directory_unsynced = True
+        self._sync_directory()
         old_path.unlink(missing_ok=True)
         if self._fsync:
+            _fsync_dir(self.directory)  # (if lost, the next open removes the old segment)
+
+    def _sync_directory(self) -> None:
+        """Make the last snapshot rename durable (raises OSError while it cannot be)."""
+        if self._fsync:
             _fsync_dir(self.directory)
+        self._directory_unsynced = False
 
     def _write_snapshot(self, segment: int) -> None:
         document = {
@@ -355,14 +387,17 @@ class GroupStore:
         temp = path.with_name(path.name + TEMP_SUFFIX)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, data)
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-        if self._fsync:
-            _fsync_dir(self.directory)
+            try:
+                _write_all(fd, data)
+                if self._fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):  # (a leftover is removed by the next open)
+                temp.unlink(missing_ok=True)
+            raise
 
     # ------------------------------------------------------------------------ recovery
 

@@ -399,7 +399,7 @@ class RebalanceEngine:
         (Kafka's answer to a storage error: clients look for the coordinator again)."""
         try:
             self.store.append_group_metadata(group.to_stored(assignment))
-        except OSError:
-            logger.exception("group %s: could not store the group metadata", group.group_id)
+        except OSError as exc:  # a full or failing disk: one line, no traceback
+            logger.error("group %s: could not store the group metadata: %s", group.group_id, exc)
             return errors.NOT_COORDINATOR
         return errors.NONE

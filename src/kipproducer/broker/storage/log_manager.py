@@ -47,6 +47,17 @@ from .partition_log import PartitionLog
 
 log = logging.getLogger("kipproducer.broker.storage")
 
+
+def _remove_tree(directory: Path) -> None:
+    """Remove a directory already out of use (renamed to ``*-delete``), reporting what the
+    disk would not remove (unlink or rmdir failing) in one line instead of raising: the
+    removal is only disk space, and the next start tries again."""
+    errors: list[BaseException] = []
+    shutil.rmtree(directory, onerror=lambda function, path, exc_info: errors.append(exc_info[1]))
+    if errors:
+        log.error("could not remove %s (%d failures, the first: %s); the next start tries "
+                  "again", directory, len(errors), errors[0])
+
 TOPICS_FILE = "topics.json"
 PRODUCER_IDS_FILE = "producer-ids.json"
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -185,7 +196,7 @@ class LogManager:
         for name in os.listdir(self.data_dir):
             if name.endswith(DELETE_SUFFIX):
                 log.info("removing %s, left over from a topic deletion", name)
-                shutil.rmtree(self.data_dir / name, ignore_errors=True)
+                _remove_tree(self.data_dir / name)
         document = read_json(self.data_dir / TOPICS_FILE)
         partition_dirs = [
             name
@@ -302,7 +313,7 @@ class LogManager:
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         os.replace(directory, doomed)
         fsync_dir(self.data_dir)
-        shutil.rmtree(doomed, ignore_errors=True)
+        _remove_tree(doomed)
 
     def _write_topics(self, topics: Mapping[str, TopicInfo]) -> None:
         """Rewrite ``topics.json`` with ``topics``, before memory changes: a change the file
@@ -392,11 +403,21 @@ class LogManager:
                 if partition_log is not None:
                     partition_log.close_handles()
                 directory = self._partition_dir(name, partition)
-                if directory.exists():
-                    # Renamed first, so a crash during the removal leaves a "-delete" directory
-                    # that the next start removes.
-                    self._remove_dir(directory)
-            fsync_dir(self.data_dir)
+                try:
+                    if directory.exists():
+                        # Renamed first, so a crash during the removal leaves a "-delete"
+                        # directory that the next start removes.
+                        self._remove_dir(directory)
+                except OSError as exc:
+                    # The topic is gone (topics.json says so): its files are only disk space,
+                    # and the next start removes a directory that belongs to no topic.
+                    log.error("could not remove %s (%s); the next start removes it",
+                              directory, exc)
+            try:
+                fsync_dir(self.data_dir)
+            except OSError as exc:  # (a crash may bring a renamed directory back: see above)
+                log.error("could not fsync %s after deleting topic %s (%s)", self.data_dir,
+                          name, exc)
             log.info("deleted topic %s (%s)", name, info.topic_id)
             return info
 

@@ -264,6 +264,9 @@ class PartitionLog:
         self._last_flush_ms = _now_ms()
         self._closed = False
         self._offline_reason: str | None = None  # set by an I/O error: see _writing
+        # Segments out of the log (below its start) whose files could not be removed: each
+        # retention check tries again (see _delete_segments)
+        self._undeleted: list[LogSegment] = []
         # segment.jitter.ms: the active segment rolls this much before segment.ms (drawn anew
         # for each segment, as Kafka does, so that partitions created together do not all roll
         # at once).
@@ -1265,6 +1268,7 @@ class PartitionLog:
         """
         now_ms = _now_ms() if now_ms is None else now_ms
         with self._maintenance_lock:
+            self._delete_leftover_segments()
             with self._lock:
                 self._check_open()
                 config = self._config
@@ -1348,6 +1352,10 @@ class PartitionLog:
         return doomed
 
     def _delete_segments(self, segments: list[LogSegment], why: str) -> None:
+        """Remove the files of segments already out of the log (out of the list, and below
+        the log start that partition-state.json holds), so reads and the log start never
+        depend on it. A file the disk does not let go of (unlink failing) is one log line;
+        the next retention check tries again, and a restart removes it as well."""
         for segment in segments:
             log.info(
                 "%s: deleting segment %d (%d bytes) %s",
@@ -1356,9 +1364,26 @@ class PartitionLog:
                 segment.size,
                 why,
             )
-            segment.delete()
+            try:
+                segment.delete()
+            except OSError as exc:
+                self._undeleted.append(segment)
+                log.error(
+                    "%s: could not delete the files of segment %d (%s); it is no longer "
+                    "part of the log, the next retention check tries again",
+                    self.directory, segment.base_offset, exc,
+                )
         if segments:
-            fsync_dir(self.directory)
+            try:
+                fsync_dir(self.directory)
+            except OSError as exc:  # a crash may bring the files back: the next open removes them
+                log.error("%s: could not fsync the directory after deleting segments (%s)",
+                          self.directory, exc)
+
+    def _delete_leftover_segments(self) -> None:
+        """Retry the segments whose files an earlier deletion could not remove."""
+        leftovers, self._undeleted = self._undeleted, []
+        self._delete_segments(leftovers, "left over by a failed deletion")
 
     # -- compaction ----------------------------------------------------------------------------
 
@@ -1443,12 +1468,22 @@ class PartitionLog:
                     continue
                 try:
                     cleaned = write_cleaned(segment, rules, stats)
+                except OSError as exc:
+                    # Reading the segment or writing its copy failed (open, read, write,
+                    # fsync): the log's own files are unchanged, so it stays online and the
+                    # copy is dropped (a restart removes one that could not be).
+                    self._first_dirty_offset = segment.base_offset
+                    log.error("%s: compacting segment %d failed (%s); the log is unchanged, "
+                              "the next compaction pass tries again", self.directory,
+                              segment.base_offset, exc)
+                    break
+                try:
                     with self._lock:
                         self._install_cleaned(segment, cleaned)
                 except OSError:
-                    # The disk failed the output or the swap (open, write, fsync, rename):
-                    # offline, as after a failed append; the old segment's log file is still
-                    # whole, and a restart removes the unfinished .cleaned file.
+                    # The disk failed the swap (an unlink, the rename, an fsync): offline, as
+                    # after a failed append; the old segment's log file is still whole, and a
+                    # restart removes the unfinished .cleaned file.
                     with self._lock, self._writing("a compaction pass", cut=False):
                         raise
         if stats.segments_cleaned:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from kipproducer.protocol import error_codes as ec
 
 from ..producer_state import ProducerStateError
-from ..storage.errors import StorageError, UnknownTopicError
+from ..storage.errors import LogOfflineError, StorageError, UnknownTopicError
 from .results import InitResult, TransactionDescription, TransactionListing
 from .state import (
     IDLE,
@@ -54,7 +54,7 @@ from .state import (
     bump_epoch,
     is_valid_producer_id,
 )
-from .store import TransactionStore
+from .store import SEGMENT_BYTES, TransactionStore
 
 log = logging.getLogger("kipproducer.broker.transactions")
 
@@ -83,6 +83,8 @@ class TransactionCoordinator:
     ``groups``: the GroupCoordinator (AddOffsetsToTxn groups; may be None likewise);
     ``allocate_producer_id``: the broker's durable producer id allocator;
     ``on_markers_written``: called after markers reached the partitions (wakes fetches).
+    ``segment_bytes``: the size of the store's segments (Kafka's
+    transaction.state.log.segment.bytes); compaction works on closed ones.
     """
 
     def __init__(
@@ -98,8 +100,10 @@ class TransactionCoordinator:
         expire_interval_ms: int = DEFAULT_EXPIRE_INTERVAL_MS,
         on_markers_written: Callable[[], None] | None = None,
         clock_ms: Callable[[], int] = _wall_clock_ms,
+        segment_bytes: int = SEGMENT_BYTES,
     ) -> None:
         self.directory = os.fspath(directory)
+        self.segment_bytes = segment_bytes
         self.max_timeout_ms = max_timeout_ms
         self.expiration_ms = expiration_ms
         self.abort_interval_ms = abort_interval_ms
@@ -124,7 +128,9 @@ class TransactionCoordinator:
         """Open the store, finish every transaction a crash left in a Prepare state, start the
         timer. Ongoing transactions go on (and are aborted when they time out)."""
         loop = asyncio.get_running_loop()
-        self._store = await loop.run_in_executor(None, TransactionStore, self.directory)
+        self._store = await loop.run_in_executor(
+            None, functools.partial(TransactionStore, self.directory,
+                                    segment_bytes=self.segment_bytes))
         self._txns = await loop.run_in_executor(None, self._store.load)
         preparing = [m for m in self._txns.values() if m.state in PREPARING]
         for metadata in preparing:
@@ -623,7 +629,13 @@ class TransactionCoordinator:
         # per id (closed segments only, so it is cheap while the active one fills).
         store = self._store
         if store is not None:
-            await loop.run_in_executor(None, store.compact)
+            try:
+                await loop.run_in_executor(None, store.compact)
+            except LogOfflineError:
+                pass  # the log said why in one line (a failed swap, or an earlier failure)
+            except (StorageError, OSError) as exc:
+                log.error("compacting the transaction log failed (%s); the next check in "
+                          "%d ms tries again", exc, self.expire_interval_ms)
         return removed
 
     async def _timer_loop(self) -> None:
