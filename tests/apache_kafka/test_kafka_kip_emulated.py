@@ -6,6 +6,10 @@ read_committed check made by librdkafka and by Kafka's Java consumer.
 * Offsets with gaps of 1, 2 and many land exactly where asked, for per-record produce,
   produce_arrays and produce_batch; a read_uncommitted reader sees nothing else but the
   fillers of the gaps.
+* The same gaps under each transaction flow: Transactions V2 on the 3 nodes (``transaction.version``
+  2; a gap of one offset is the only transaction that sends AddPartitionsToTxn), the classic
+  flow forced there (every gap's transaction sends it), and the classic flow of a 1-node
+  cluster formatted with ``transaction.version`` 0.
 * Four concurrent conditional writers: no interleaving, no duplicate, every win where told.
 * The writer killed -9 mid-copy (a gap's transaction open) and restarted with the same
   ``kip.emulation.transactional.id``: the copy finishes with every offset exactly once.
@@ -28,7 +32,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from emulated_support import race_conditional_writers
 from kafka_cluster import KafkaCluster
-from kafka_support import rdkafka_read, read_both
+from kafka_support import WireLog, rdkafka_read, read_both
 from scenario_support import unique
 
 from kipproducer import Producer
@@ -37,6 +41,8 @@ from kipproducer.stock.plan import FILLER_HEADER
 
 # missing offsets: 4 (a gap of 1), 7-8 (of 2), 11 (1), 13..59 (many), 63 (1)
 OFFSETS = [0, 1, 2, 3, 5, 6, 9, 10, 12, 60, 61, 62, 64]
+GAPS, GAPS_OF_ONE = 5, 3
+ADD_PARTITIONS_TO_TXN, END_TXN = 24, 26
 
 
 def emulated(bootstrap: str, writer: str | None = None, **extra) -> Producer:
@@ -85,6 +91,27 @@ def test_offsets_with_gaps_of_one_two_and_many(kafka3: KafkaCluster, how: str) -
     # read_uncommitted: every other record is a filler of a gap (null value, the header)
     fillers = _uncommitted_extra(kafka3.bootstrap, topic, set(OFFSETS))
     assert fillers and all(f == (None, ((FILLER_HEADER, b""),)) for f in fillers), fillers[:3]
+
+
+@pytest.mark.parametrize(("cluster_name", "setting", "v2"), [
+    ("kafka3", "auto", True), ("kafka3", "classic", False), ("kafka1_tv0", "auto", False)])
+def test_gaps_under_each_transaction_flow(request: pytest.FixtureRequest,
+                                          monkeypatch: pytest.MonkeyPatch, cluster_name: str,
+                                          setting: str, v2: bool) -> None:
+    cluster: KafkaCluster = request.getfixturevalue(cluster_name)
+    wire = WireLog(monkeypatch)
+    topic = cluster.unique_topic(f"gaps-flow-{setting}")
+    with emulated(cluster.bootstrap, **{"kip.transaction.protocol": setting}) as p:
+        p.produce_arrays(topic, np.array([b"v%d" % o for o in OFFSETS], dtype=object),
+                         keys=np.array([b"k%d" % o for o in OFFSETS], dtype=object),
+                         partition=0, offsets=np.array(OFFSETS, np.int64))
+        assert p.flush(60) == 0
+    assert committed_offsets(cluster, topic)[0] == [(o, b"k%d" % o, b"v%d" % o)
+                                                    for o in OFFSETS]
+    # one transaction per gap; under V2 only the empty ones (a gap of one) add their
+    # partition with AddPartitionsToTxn, the fillers' Produce adds it for the others
+    assert wire.transactions_with(ADD_PARTITIONS_TO_TXN) == (GAPS_OF_ONE if v2 else GAPS)
+    assert wire.versions(END_TXN) == ({5} if v2 else {3})
 
 
 def _uncommitted_extra(bootstrap: str, topic: str, asked: set[int]) -> list:
