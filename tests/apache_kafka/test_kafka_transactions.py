@@ -214,3 +214,33 @@ def test_v2_asked_of_a_cluster_without_it_is_one_fatal_error(kafka1_tv0: KafkaCl
     assert error.fatal() and error.code() == KafkaError._UNSUPPORTED_FEATURE, error
     assert "transaction.version=0" in error.str()
     producer.close()
+
+
+@pytest.mark.parametrize(("cluster_name", "setting", "v2"), FLOWS)
+def test_a_transaction_left_open_is_committed_by_another_producer(
+        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cluster_name: str,
+        setting: str, v2: bool) -> None:
+    """The Spark sink's two-phase commit (docs/spark.md): a task's producer writes and leaves
+    its transaction open, the driver commits it under the reported id and epoch; a repeated
+    commit is harmless."""
+    cluster: KafkaCluster = request.getfixturevalue(cluster_name)
+    wire = WireLog(monkeypatch)
+    topic = cluster.unique_topic(f"txn-resume-{setting}", 2)
+    props = {"bootstrap.servers": cluster.bootstrap, "transactional.id": unique("tid-resume"),
+             "kip.transaction.protocol": setting}
+    task = Producer(props)
+    task.init_transactions(60)
+    task.begin_transaction()
+    task.produce_arrays(topic, np.array([value(i) for i in range(30)], dtype=object))
+    assert task.flush(60) == 0
+    reported = task.transaction_producer()
+    task.close()   # the transaction stays open
+    for _ in range(2):
+        driver = Producer(props)
+        driver.resume_transaction(*reported)
+        driver.commit_transaction(60)
+        driver.close()
+    assert wire.versions(END_TXN) == ({5} if v2 else {3})
+    assert wire.versions(PRODUCE) == ({12} if v2 else {10})
+    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
+    assert sorted(s for seqs in seen.values() for s in seqs) == list(range(30))
