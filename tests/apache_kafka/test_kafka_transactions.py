@@ -68,6 +68,27 @@ def test_transactions_through_the_coordinators_node_killed(kafka3: KafkaCluster,
         assert_within(kip, outcomes[0])
 
 
+def _end(producer: Producer, outcome: str, seqs: list[int], committed: list[int]) -> None:
+    """Commit the transaction (its records join ``committed``) or abort it, its records in the
+    log first, so the abort has records to hide (an abort purges records not sent yet, as
+    librdkafka's does)."""
+    if outcome == "commit":
+        producer.commit_transaction(60)
+        committed.extend(seqs)
+    else:
+        assert producer.flush(60) == 0
+        producer.abort_transaction(60)
+
+
+def _committed_sequences(cluster: KafkaCluster, topic: str,
+                         committed: list[int]) -> dict[int, list[int]]:
+    """The two partitions read at read_committed (by both readers) hold exactly
+    ``committed``; returned per partition."""
+    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
+    assert sorted(s for seqs in seen.values() for s in seqs) == committed
+    return seen
+
+
 def _committed_and_aborted(cluster: KafkaCluster) -> None:
     topic = cluster.unique_topic("txn-aborts", 2)
     producer = Producer({"bootstrap.servers": cluster.bootstrap,
@@ -97,17 +118,9 @@ def _committed_and_aborted(cluster: KafkaCluster) -> None:
         else:
             for i in seqs:
                 producer.produce(topic, value(i), key=b"k%02d" % (i % KEYS))
-        if outcome == "commit":
-            producer.commit_transaction(60)
-            committed.extend(seqs)
-        else:
-            # in the log first, so the abort has records to hide (an abort purges records
-            # not sent yet, as librdkafka's does)
-            assert producer.flush(60) == 0
-            producer.abort_transaction(60)
+        _end(producer, outcome, seqs, committed)
     producer.close()
-    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
-    assert sorted(s for seqs in seen.values() for s in seqs) == committed
+    seen = _committed_sequences(cluster, topic, committed)
     for seqs in seen.values():
         assert seqs == sorted(seqs)
     every = sequences(read_both(cluster, topic, 2, isolation="read_uncommitted"))
@@ -177,12 +190,7 @@ def test_the_transaction_flow_on_the_wire(request: pytest.FixtureRequest,
         else:
             producer.produce_arrays(topic, np.array([value(i) for i in seqs], dtype=object),
                                     partition=1)
-        if outcome == "commit":
-            producer.commit_transaction(60)
-            committed.extend(seqs)
-        else:
-            assert producer.flush(60) == 0
-            producer.abort_transaction(60)
+        _end(producer, outcome, seqs, committed)
         epochs.append(producer.transaction_producer())
     producer.close()
     # V2: every EndTxn bumped the epoch, and the coordinator took the bumped one for the next
@@ -198,8 +206,7 @@ def test_the_transaction_flow_on_the_wire(request: pytest.FixtureRequest,
         assert wire.transactions_with(ADD_OFFSETS_TO_TXN) == 1  # (CONCURRENT_TRANSACTIONS: again)
         assert max(wire.versions(PRODUCE)) <= 11 and wire.versions(END_TXN) == {3}
         assert wire.versions(TXN_OFFSET_COMMIT) == {3}
-    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
-    assert sorted(s for seqs in seen.values() for s in seqs) == committed
+    _committed_sequences(cluster, topic, committed)
     assert [tp.offset for tp in consumer.committed([TopicPartition(topic, 0)], 30)] == [5]
     consumer.close()
 
@@ -242,5 +249,4 @@ def test_a_transaction_left_open_is_committed_by_another_producer(
         driver.close()
     assert wire.versions(END_TXN) == ({5} if v2 else {3})
     assert wire.versions(PRODUCE) == ({12} if v2 else {10})
-    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
-    assert sorted(s for seqs in seen.values() for s in seqs) == list(range(30))
+    _committed_sequences(cluster, topic, list(range(30)))
