@@ -223,7 +223,7 @@ def test_v2_asked_of_a_cluster_without_it_is_one_fatal_error(kafka1_tv0: KafkaCl
     producer.close()
 
 
-@pytest.mark.parametrize(("cluster_name", "setting", "v2"), FLOWS)
+@pytest.mark.parametrize(("cluster_name", "setting", "v2"), [FLOWS[0], FLOWS[2]])
 def test_a_transaction_left_open_is_committed_by_another_producer(
         request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cluster_name: str,
         setting: str, v2: bool) -> None:
