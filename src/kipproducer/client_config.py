@@ -341,6 +341,14 @@ PROPERTIES: tuple[Property, ...] = (
        "announce the features, emulated elsewhere); `Producer.kip_mode(topic)` tells which a "
        "topic gets. Not the Spark sink's option of the same name (docs/spark.md)",
        choices=("native", "emulated", "auto")),
+    _p("kip.transaction.protocol", KIP, str, "auto",
+       "the client flow of the engine's transactions (and of emulated offsets' gap "
+       "transactions): `auto` speaks Transactions V2 (KIP-890: no AddPartitionsToTxn before "
+       "a partition's first batch, no AddOffsetsToTxn, the epoch bumped by every EndTxn) "
+       "where the cluster finalizes `transaction.version` >= 2 and serves Produce v12 and "
+       "EndTxn v5, the classic flow elsewhere; `classic` always the classic flow; `v2` V2, "
+       "and a fatal error where the cluster cannot run it",
+       field="transaction_protocol", choices=("auto", "classic", "v2")),
     _p("kip.emulation.transactional.id", KIP, parse_text, "",
        "emulated `offset=`: the transactional id of this writer, the same across its restarts "
        "(a restarted writer fences its predecessor and aborts its open transaction before "

@@ -226,7 +226,7 @@ class Producer(confluent_kafka.Producer):
             else:
                 self._txn = TransactionManager(
                     str(conf["transactional.id"]), txn_config.transaction_timeout_ms,
-                    txn_config.retry_backoff_ms)
+                    txn_config.retry_backoff_ms, txn_config.transaction_protocol)
         self._transactional = bool(conf.get("transactional.id")) and self._txn is None
         self._per_record_reports = client_config.value(conf, "kip.delivery.report.per.record")
         self._switch_interval_s = client_config.value(conf, "kip.switch.interval.ms") / 1000

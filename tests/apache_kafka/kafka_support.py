@@ -1,9 +1,10 @@
 """Reading a topic back from Apache Kafka twice, by librdkafka and by Kafka's own Java consumer
 (``kafka-console-consumer``), at either isolation level, so every check of what a topic holds
-is made by both and both must agree."""
+is made by both and both must agree; and :class:`WireLog`, the requests the engine sent."""
 
 from __future__ import annotations
 
+import pytest
 from kafka_cluster import KafkaCluster
 from kafka_jars import reader_classpath
 from scenario_support import Log, Outcome, count_faults, read_records, sequences
@@ -84,3 +85,44 @@ def judge_outcomes(cluster: KafkaCluster, outcomes: list[Outcome], partitions: i
         assert not outcome.errors, (outcome.client, outcome.errors[:3])
         assert outcome.delivered == n, outcome
         assert (outcome.lost, outcome.duplicated, outcome.reordered) == (0, 0, 0), outcome
+
+
+class WireLog:
+    """The (api key, version) of every request the engines of this process send, in order
+    (a spy on BrokerConnection, installed with pytest's monkeypatch): what shows which
+    transaction flow went over the wire to the real broker."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from kipproducer.engine.connection import BrokerConnection
+
+        self.sent: list[tuple[int, int]] = []
+        request, send = BrokerConnection.request, BrokerConnection.send
+
+        async def logged_request(conn, api_key, version, body, **kw):
+            self.sent.append((api_key, version))
+            return await request(conn, api_key, version, body, **kw)
+
+        def logged_send(conn, api_key, version, body, on_answer, **kw):
+            self.sent.append((api_key, version))
+            return send(conn, api_key, version, body, on_answer, **kw)
+
+        monkeypatch.setattr(BrokerConnection, "request", logged_request)
+        monkeypatch.setattr(BrokerConnection, "send", logged_send)
+
+    def versions(self, api_key: int) -> set[int]:
+        return {v for k, v in self.sent if k == api_key}
+
+    def count(self, api_key: int) -> int:
+        return sum(1 for k, _ in self.sent if k == api_key)
+
+    def transactions_with(self, api_key: int, end_key: int = 26) -> int:
+        """How many stretches between two EndTxn requests (26) hold ``api_key``: the
+        transactions that sent it (a retried EndTxn makes an empty stretch)."""
+        found, seen = 0, False
+        for key, _ in self.sent:
+            if key == api_key:
+                seen = True
+            elif key == end_key:
+                found += seen
+                seen = False
+        return found

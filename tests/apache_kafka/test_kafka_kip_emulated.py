@@ -5,7 +5,10 @@ read_committed check made by librdkafka and by Kafka's Java consumer.
 * ``kip.mode=auto`` picks emulated on Apache Kafka and native on ``kip broker``.
 * Offsets with gaps of 1, 2 and many land exactly where asked, for per-record produce,
   produce_arrays and produce_batch; a read_uncommitted reader sees nothing else but the
-  fillers of the gaps.
+  fillers of the gaps. The engine speaks Transactions V2 there (``transaction.version`` 2):
+  a gap of one offset is the only transaction that sends AddPartitionsToTxn.
+* The same gaps under the classic flow (every gap's transaction sends AddPartitionsToTxn):
+  forced on the 3 nodes, and on a 1-node cluster formatted with ``transaction.version`` 0.
 * Four concurrent conditional writers: no interleaving, no duplicate, every win where told.
 * The writer killed -9 mid-copy (a gap's transaction open) and restarted with the same
   ``kip.emulation.transactional.id``: the copy finishes with every offset exactly once.
@@ -28,7 +31,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from emulated_support import race_conditional_writers
 from kafka_cluster import KafkaCluster
-from kafka_support import rdkafka_read, read_both
+from kafka_support import WireLog, rdkafka_read, read_both
 from scenario_support import unique
 
 from kipproducer import Producer
@@ -37,6 +40,8 @@ from kipproducer.stock.plan import FILLER_HEADER
 
 # missing offsets: 4 (a gap of 1), 7-8 (of 2), 11 (1), 13..59 (many), 63 (1)
 OFFSETS = [0, 1, 2, 3, 5, 6, 9, 10, 12, 60, 61, 62, 64]
+GAPS, GAPS_OF_ONE = 5, 3
+ADD_PARTITIONS_TO_TXN, END_TXN = 24, 26
 
 
 def emulated(bootstrap: str, writer: str | None = None, **extra) -> Producer:
@@ -60,7 +65,9 @@ def test_auto_mode_is_emulated_on_apache_kafka_and_native_on_kip_broker(
 
 
 @pytest.mark.parametrize("how", ["produce", "arrays", "batch"])
-def test_offsets_with_gaps_of_one_two_and_many(kafka3: KafkaCluster, how: str) -> None:
+def test_offsets_with_gaps_of_one_two_and_many(kafka3: KafkaCluster,
+                                               monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    wire = WireLog(monkeypatch)
     topic = kafka3.unique_topic(f"gaps-{how}")
     reports: list = []
     with emulated(kafka3.bootstrap) as p:
@@ -85,6 +92,35 @@ def test_offsets_with_gaps_of_one_two_and_many(kafka3: KafkaCluster, how: str) -
     # read_uncommitted: every other record is a filler of a gap (null value, the header)
     fillers = _uncommitted_extra(kafka3.bootstrap, topic, set(OFFSETS))
     assert fillers and all(f == (None, ((FILLER_HEADER, b""),)) for f in fillers), fillers[:3]
+    # Transactions V2 (kafka3 finalizes transaction.version 2): one transaction per gap, and
+    # only the empty ones (a gap of one) add their partition with AddPartitionsToTxn
+    assert wire.transactions_with(ADD_PARTITIONS_TO_TXN) == GAPS_OF_ONE
+    assert wire.versions(END_TXN) == {5} and wire.count(END_TXN) >= GAPS
+
+
+@pytest.mark.parametrize(("cluster_name", "setting"), [("kafka3", "classic"),
+                                                        ("kafka1_tv0", "auto")])
+def test_gaps_under_the_classic_flow(request: pytest.FixtureRequest,
+                                     monkeypatch: pytest.MonkeyPatch, cluster_name: str,
+                                     setting: str) -> None:
+    """The gaps of the test above (V2 there) under the classic flow: forced on the 3 nodes,
+    and that of a cluster formatted with transaction.version 0."""
+    cluster: KafkaCluster = request.getfixturevalue(cluster_name)
+    wire = WireLog(monkeypatch)
+    topic = cluster.unique_topic(f"gaps-flow-{setting}")
+    reports: list = []
+    with emulated(cluster.bootstrap, **{"kip.transaction.protocol": setting}) as p:
+        p.produce_arrays(topic, np.array([b"v%d" % o for o in OFFSETS], dtype=object),
+                         keys=np.array([b"k%d" % o for o in OFFSETS], dtype=object),
+                         partition=0, offsets=np.array(OFFSETS, np.int64),
+                         on_delivery=lambda err, rep: reports.append((err, rep.offset)))
+        assert p.flush(60) == 0
+    assert reports and all(err is None for err, _ in reports), reports
+    assert committed_offsets(cluster, topic)[0] == [(o, b"k%d" % o, b"v%d" % o)
+                                                    for o in OFFSETS]
+    # one transaction per gap, each adding its partition with AddPartitionsToTxn
+    assert wire.transactions_with(ADD_PARTITIONS_TO_TXN) == GAPS
+    assert wire.versions(END_TXN) == {3}
 
 
 def _uncommitted_extra(bootstrap: str, topic: str, asked: set[int]) -> list:

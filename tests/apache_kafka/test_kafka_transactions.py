@@ -1,8 +1,11 @@
 """Transactions of kipproducer's own engine on Apache Kafka, under both transaction
 protocols a 4.x cluster can run: ``transaction.version`` 2 (KIP-890's second part, Kafka
 4.x's default: the 3-node ``kafka3``) and 0 (the classic protocol: ``kafka1_tv0``, formatted
-with it). The engine speaks the classic client flow (AddPartitionsToTxn v3, EndTxn without
-the per-transaction epoch bump), which a 4.x broker serves under either setting, verifying
+with it). The engine speaks Transactions V2 where the cluster runs it (``kafka3``: Produce v12
+adds the partition, TxnOffsetCommit v5 the group's, EndTxn v5 bumps the epoch) and the
+classic client flow elsewhere (``kafka1_tv0``; on ``kafka3`` too with
+``kip.transaction.protocol=classic``): AddPartitionsToTxn v3, AddOffsetsToTxn, EndTxn without
+the per-transaction epoch bump, which a 4.x broker serves under either setting, verifying
 each transactional produce against the coordinator (KIP-890's first part).
 
 * Committed transactions through the coordinator's node killed -9 (and a steady run), beside
@@ -12,14 +15,18 @@ each transactional produce against the coordinator (KIP-890's first part).
 * Aborted transactions between committed ones, with every produce path: read_committed
   readers (both) see exactly the committed records at their offsets; read_uncommitted ones
   see the aborted ones too.
+* Which flow went over the wire (the requests the engine sent, and the epoch after each
+  EndTxn), under each flow on each cluster, with every produce path and offsets sent to the
+  transaction; ``kip.transaction.protocol=v2`` on a cluster without it is one fatal error.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from kafka_cluster import KafkaCluster
-from kafka_support import judge_outcomes, read_both
+from kafka_support import WireLog, judge_outcomes, read_both
 from scenario_support import (
     KEYS,
     PARTITIONS,
@@ -61,6 +68,27 @@ def test_transactions_through_the_coordinators_node_killed(kafka3: KafkaCluster,
         assert_within(kip, outcomes[0])
 
 
+def _end(producer: Producer, outcome: str, seqs: list[int], committed: list[int]) -> None:
+    """Commit the transaction (its records join ``committed``) or abort it, its records in the
+    log first, so the abort has records to hide (an abort purges records not sent yet, as
+    librdkafka's does)."""
+    if outcome == "commit":
+        producer.commit_transaction(60)
+        committed.extend(seqs)
+    else:
+        assert producer.flush(60) == 0
+        producer.abort_transaction(60)
+
+
+def _committed_sequences(cluster: KafkaCluster, topic: str,
+                         committed: list[int]) -> dict[int, list[int]]:
+    """The two partitions read at read_committed (by both readers) hold exactly
+    ``committed``; returned per partition."""
+    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
+    assert sorted(s for seqs in seen.values() for s in seqs) == committed
+    return seen
+
+
 def _committed_and_aborted(cluster: KafkaCluster) -> None:
     topic = cluster.unique_topic("txn-aborts", 2)
     producer = Producer({"bootstrap.servers": cluster.bootstrap,
@@ -90,17 +118,9 @@ def _committed_and_aborted(cluster: KafkaCluster) -> None:
         else:
             for i in seqs:
                 producer.produce(topic, value(i), key=b"k%02d" % (i % KEYS))
-        if outcome == "commit":
-            producer.commit_transaction(60)
-            committed.extend(seqs)
-        else:
-            # in the log first, so the abort has records to hide (an abort purges records
-            # not sent yet, as librdkafka's does)
-            assert producer.flush(60) == 0
-            producer.abort_transaction(60)
+        _end(producer, outcome, seqs, committed)
     producer.close()
-    seen = sequences(read_both(cluster, topic, 2, isolation="read_committed"))
-    assert sorted(s for seqs in seen.values() for s in seqs) == committed
+    seen = _committed_sequences(cluster, topic, committed)
     for seqs in seen.values():
         assert seqs == sorted(seqs)
     every = sequences(read_both(cluster, topic, 2, isolation="read_uncommitted"))
@@ -130,3 +150,103 @@ def test_transactions_on_transaction_version_0_beside_confluent(
     judge_outcomes(kafka1_tv0, outcomes, PARTITIONS, TXNS * TXN_RECORDS, "tv0")
     for kip in outcomes[1:]:
         assert_within(kip, outcomes[0])
+
+
+# Kafka's API keys, as the wire log shows them
+PRODUCE, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 0, 24, 25, 26, 28
+# (cluster fixture, kip.transaction.protocol, whether V2 is spoken)
+FLOWS = [("kafka3", "auto", True), ("kafka3", "classic", False), ("kafka1_tv0", "auto", False)]
+
+
+@pytest.mark.parametrize(("cluster_name", "setting", "v2"), FLOWS)
+def test_the_transaction_flow_on_the_wire(request: pytest.FixtureRequest,
+                                          monkeypatch: pytest.MonkeyPatch, cluster_name: str,
+                                          setting: str, v2: bool) -> None:
+    cluster: KafkaCluster = request.getfixturevalue(cluster_name)
+    wire = WireLog(monkeypatch)
+    topic = cluster.unique_topic(f"txn-flow-{setting}", 2)
+    group = unique("txn-flow-group")
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    producer = Producer({"bootstrap.servers": cluster.bootstrap,
+                         "transactional.id": unique(f"tid-flow-{setting}"),
+                         "kip.transaction.protocol": setting})
+    producer.init_transactions(60)
+    epochs = [producer.transaction_producer()]
+    committed: list[int] = []
+    seq = iter(range(10**6))
+    for how, outcome in [("produce", "commit"), ("batch", "commit"), ("arrays", "abort"),
+                         ("produce", "commit")]:
+        producer.begin_transaction()
+        seqs = [next(seq) for _ in range(20)]
+        if how == "produce":
+            for i in seqs:
+                producer.produce(topic, value(i), partition=i % 2)
+        elif how == "batch":
+            assert producer.produce_batch(topic, [{"value": value(i), "partition": i % 2}
+                                                  for i in seqs]) == len(seqs)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 5)],
+                                                 consumer.consumer_group_metadata(), 60)
+        else:
+            producer.produce_arrays(topic, np.array([value(i) for i in seqs], dtype=object),
+                                    partition=1)
+        _end(producer, outcome, seqs, committed)
+        epochs.append(producer.transaction_producer())
+    producer.close()
+    # V2: every EndTxn bumped the epoch, and the coordinator took the bumped one for the next
+    # transaction (else its batches were fenced); classic: one epoch throughout
+    pid, first = epochs[0]
+    assert epochs == [(pid, first + (i if v2 else 0)) for i in range(5)], epochs
+    if v2:
+        assert wire.count(ADD_PARTITIONS_TO_TXN) == 0 and wire.count(ADD_OFFSETS_TO_TXN) == 0
+        assert wire.versions(PRODUCE) == {12}
+        assert wire.versions(END_TXN) == {5} and wire.versions(TXN_OFFSET_COMMIT) == {5}
+    else:
+        assert wire.transactions_with(ADD_PARTITIONS_TO_TXN) == 4
+        assert wire.transactions_with(ADD_OFFSETS_TO_TXN) == 1  # (CONCURRENT_TRANSACTIONS: again)
+        assert max(wire.versions(PRODUCE)) <= 11 and wire.versions(END_TXN) == {3}
+        assert wire.versions(TXN_OFFSET_COMMIT) == {3}
+    _committed_sequences(cluster, topic, committed)
+    assert [tp.offset for tp in consumer.committed([TopicPartition(topic, 0)], 30)] == [5]
+    consumer.close()
+
+
+def test_v2_asked_of_a_cluster_without_it_is_one_fatal_error(kafka1_tv0: KafkaCluster) -> None:
+    producer = Producer({"bootstrap.servers": kafka1_tv0.bootstrap,
+                         "transactional.id": unique("tid-v2-refused"),
+                         "kip.transaction.protocol": "v2"})
+    with pytest.raises(KafkaException) as info:
+        producer.init_transactions(30)
+    error = info.value.args[0]
+    assert error.fatal() and error.code() == KafkaError._UNSUPPORTED_FEATURE, error
+    assert "transaction.version=0" in error.str()
+    producer.close()
+
+
+@pytest.mark.parametrize(("cluster_name", "setting", "v2"), [FLOWS[0], FLOWS[2]])
+def test_a_transaction_left_open_is_committed_by_another_producer(
+        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, cluster_name: str,
+        setting: str, v2: bool) -> None:
+    """The Spark sink's two-phase commit (docs/spark.md): a task's producer writes and leaves
+    its transaction open, the driver commits it under the reported id and epoch; a repeated
+    commit is harmless."""
+    cluster: KafkaCluster = request.getfixturevalue(cluster_name)
+    wire = WireLog(monkeypatch)
+    topic = cluster.unique_topic(f"txn-resume-{setting}", 2)
+    props = {"bootstrap.servers": cluster.bootstrap, "transactional.id": unique("tid-resume"),
+             "kip.transaction.protocol": setting}
+    task = Producer(props)
+    task.init_transactions(60)
+    task.begin_transaction()
+    task.produce_arrays(topic, np.array([value(i) for i in range(30)], dtype=object))
+    assert task.flush(60) == 0
+    reported = task.transaction_producer()
+    task.close()   # the transaction stays open
+    for _ in range(2):
+        driver = Producer(props)
+        driver.resume_transaction(*reported)
+        driver.commit_transaction(60)
+        driver.close()
+    assert wire.versions(END_TXN) == ({5} if v2 else {3})
+    assert wire.versions(PRODUCE) == ({12} if v2 else {10})
+    _committed_sequences(cluster, topic, list(range(30)))

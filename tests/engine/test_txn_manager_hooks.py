@@ -77,3 +77,13 @@ def test_a_fenced_batch_fails_the_engine() -> None:
     assert engine.calls[1:] == [("fail", KafkaError._FENCED)]
     txn.batch_failed(1, True, KafkaError(ec.PRODUCER_FENCED))  # once only
     assert len(engine.calls) == 2
+
+
+def test_the_produce_versions_follow_the_transaction_protocol() -> None:
+    txn = TransactionManager("tid", 1000)
+    txn.machine.v2 = True       # V2: Produce v12, whose leader adds the partition
+    assert txn.produce_versions(3, 10) == (12, 12)
+    assert txn.produce_versions(9, 10) == (12, 12)
+    txn.machine.v2 = False      # classic: below v12
+    assert txn.produce_versions(3, 13) == (3, 11)
+    assert txn.produce_versions(3, 10) == (3, 10)

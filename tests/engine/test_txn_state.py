@@ -27,6 +27,7 @@ from kipproducer.engine.txn_state import (
     TxnMachine,
     TxnState,
     init_pid_action,
+    speaks_v2,
 )
 from kipproducer.protocol import error_codes as ec
 
@@ -371,6 +372,50 @@ def test_registered_partitions_across_commit_and_abort() -> None:
     m.aborted()
     m.begin()
     assert m.may_send("t", 0) is SendDecision.ASK
+
+
+# (kip.transaction.protocol, finalized transaction.version, Produce max, EndTxn max) -> V2?
+V2_CHOICES = [
+    ("auto", 2, 12, 5, True),     # Kafka 4.x's default: V2
+    ("auto", 2, 13, 5, True),
+    ("auto", 0, 12, 5, False),    # a 4.x cluster formatted with transaction.version=0
+    ("auto", 1, 12, 5, False),
+    ("auto", 2, 11, 5, False),    # a broker without Produce v12
+    ("auto", 2, 12, 4, False),    # or without EndTxn v5
+    ("auto", 0, 10, 3, False),    # Kafka 3.x, kip broker: no finalized feature
+    ("classic", 2, 12, 5, False),
+    ("v2", 2, 12, 5, True),
+]
+
+
+@pytest.mark.parametrize(("setting", "level", "produce", "end_txn", "v2"), V2_CHOICES)
+def test_the_transaction_protocol_choice(setting: str, level: int, produce: int, end_txn: int,
+                                         v2: bool) -> None:
+    assert speaks_v2(setting, level, produce, end_txn) is v2
+
+
+def test_v2_forced_on_a_cluster_without_it_is_one_fatal_error() -> None:
+    with pytest.raises(KafkaException) as info:
+        speaks_v2("v2", 0, 12, 5)
+    error = info.value.args[0]
+    assert error.fatal() and error.code() == KafkaError._UNSUPPORTED_FEATURE
+    assert "kip.transaction.protocol=v2" in error.str()
+    assert "transaction.version=0" in error.str()
+
+
+def test_v2_sends_without_add_partitions_but_an_empty_partition_is_still_added() -> None:
+    m = machine_in(TxnState.IN_TRANSACTION)
+    m.v2 = True
+    # a batch goes at once: its Produce adds the partition; EndTxn is owed from then on
+    assert m.may_send("t", 0) is SendDecision.SEND
+    assert m.registered == {("t", 0)} and not m.wanted and m.end_txn_owed
+    # a partition without a record (an empty aborted transaction) asks AddPartitionsToTxn
+    assert m.ask_to_add("t", 1) is SendDecision.ASK
+    assert m.ask_to_add("t", 1) is SendDecision.WAIT
+    assert m.ask_to_add("t", 0) is SendDecision.SEND
+    classic = machine_in(TxnState.IN_TRANSACTION)
+    classic.v2 = False
+    assert classic.may_send("t", 0) is SendDecision.ASK and not classic.registered
 
 
 def test_a_lost_answer_owes_an_end_txn() -> None:

@@ -149,6 +149,8 @@ class EngineConfig:
     # idempotence is on, as librdkafka enforces; transaction.timeout.ms is librdkafka's.
     transactional_id: str | None = _default("transactional.id")
     transaction_timeout_ms: int = _default("transaction.timeout.ms")
+    # kip.transaction.protocol: auto, classic or v2 (engine/txn_state.speaks_v2)
+    transaction_protocol: str = _default("kip.transaction.protocol")
 
     @classmethod
     def check_engine_properties(cls, props: Mapping[str, Any]) -> None:

@@ -161,6 +161,8 @@ class BrokerConnection:
         # version_for's answers (asked for every Produce request), until the next ApiVersions
         self._versions: dict[tuple[int, int, int], int] = {}
         self.features: dict[str, tuple[int, int]] = {}
+        # The cluster's finalized feature levels (ApiVersions v3+), e.g. transaction.version.
+        self.finalized: dict[str, int] = {}
         self._transport: asyncio.Transport | None = None
         self._stream: _ResponseStream | None = None
         # correlation id -> (api key, version, on_answer, deadline, timeout), in send order
@@ -270,6 +272,8 @@ class BrokerConnection:
         self._versions.clear()
         features = getattr(response, "supported_features", ()) or ()
         self.features = {f.name: (f.min_version, f.max_version) for f in features}
+        finalized = getattr(response, "finalized_features", ()) or ()
+        self.finalized = {f.name: int(f.max_version_level) for f in finalized}
 
     async def _authenticate(self, sasl: SaslSettings) -> None:
         """SaslHandshake v1 + SaslAuthenticate; BrokerAuthenticationError on any refusal."""
@@ -405,6 +409,15 @@ class BrokerConnection:
                 f"broker {self.node_id} serves api {api_key} v{theirs[0]}-{theirs[1]}; "
                 f"kipproducer needs v{low}-{wanted_max}")
         return high
+
+    def finalized_level(self, name: str) -> int:
+        """The level the cluster finalizes a feature at (0 when it finalizes none)."""
+        return self.finalized.get(name, 0)
+
+    def max_version(self, api_key: int) -> int:
+        """The highest version of an API both sides speak (-1 when the broker lacks it)."""
+        theirs = self.api_versions.get(api_key)
+        return -1 if theirs is None else min(theirs[1], version_range(api_key)[1])
 
     def supports_feature(self, name: str, version: int = 1) -> bool:
         found = self.features.get(name)

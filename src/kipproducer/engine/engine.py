@@ -933,7 +933,11 @@ class Engine:
         every copy whose offsets have gaps, where each batch is its own request)."""
         config = self.config
         try:
-            version = conn.version_for(PRODUCE, PRODUCE_MAX_VERSION, PRODUCE_MIN_VERSION[mode])
+            lowest, highest = PRODUCE_MIN_VERSION[mode], PRODUCE_MAX_VERSION
+            if self.txn is not None:
+                # Transactions V2 sends v12, the classic flow below it (transactions.py)
+                lowest, highest = self.txn.produce_versions(lowest, highest)
+            version = conn.version_for(PRODUCE, highest, lowest)
             # The body is built in the call (no local keeps it): it holds views of the batches'
             # bytes, and a batch whose bytes are still viewed cannot be re-stamped for a new
             # producer id.

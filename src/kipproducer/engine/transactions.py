@@ -1,4 +1,5 @@
-"""The client side of Kafka transactions (KIP-98, TV1): the blocking calls of a
+"""The client side of Kafka transactions (KIP-98; the classic flow, or Transactions V2 of
+KIP-890 where the cluster runs it, engine/txn_requests.py): the blocking calls of a
 transactional Producer.
 
 One :class:`TransactionManager` per transactional Producer, owned by the engine that sends its
@@ -38,7 +39,14 @@ from confluent_kafka import KafkaError, KafkaException
 from .cluster import Cluster
 from .group_metadata import parse_group_metadata
 from .txn_requests import CoordinatorRequests
-from .txn_state import Effect, SendDecision, TxnMachine, TxnState
+from .txn_state import (
+    PRODUCE_CLASSIC_MAX_VERSION,
+    PRODUCE_V2_VERSION,
+    Effect,
+    SendDecision,
+    TxnMachine,
+    TxnState,
+)
 
 # TxnState: what the producer and producer groups compare the state with.
 __all__ = ["EngineHooks", "TransactionManager", "TxnState"]
@@ -69,9 +77,10 @@ class EngineHooks:
 
 class TransactionManager:
     def __init__(self, transactional_id: str, timeout_ms: int,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100, protocol: str = "auto") -> None:
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
+        self.protocol = protocol  # kip.transaction.protocol: auto, classic or v2
         self.retry_backoff_s = retry_backoff_ms / 1000
         self.machine = TxnMachine()
         self._hooks: EngineHooks | None = None
@@ -82,7 +91,7 @@ class TransactionManager:
         self._hooks = hooks
         self._requests = CoordinatorRequests(
             self.transactional_id, self.timeout_ms, self.retry_backoff_s, self.machine,
-            hooks.cluster, hooks.producer, hooks.adopt_producer, self._apply)
+            hooks.cluster, hooks.producer, hooks.adopt_producer, self._apply, self.protocol)
 
     # ---- what others read ---------------------------------------------------------------------
 
@@ -105,6 +114,19 @@ class TransactionManager:
 
     def _producer(self) -> tuple[int, int]:
         return (-1, -1) if self._hooks is None else self._hooks.producer()
+
+    @property
+    def v2(self) -> bool:
+        """Whether this producer speaks Transactions V2 (decided by init_transactions())."""
+        return bool(self.machine.v2)
+
+    def produce_versions(self, lowest: int, highest: int) -> tuple[int, int]:
+        """The (lowest, highest) Produce version for this producer's batches, within the
+        engine's: V2 needs v12 (the leader adds the partition), the classic flow must stay
+        below it (a v12 would have the leader add it outside the classic flow)."""
+        if self.machine.v2:
+            return max(lowest, PRODUCE_V2_VERSION), PRODUCE_V2_VERSION
+        return lowest, min(highest, PRODUCE_CLASSIC_MAX_VERSION)
 
     def require(self, *states: TxnState) -> None:
         self.machine.require(*states)
@@ -148,7 +170,9 @@ class TransactionManager:
     def may_send(self, topic: str, partition: int) -> bool:
         """True when a batch of this partition may be sent now; otherwise the partition is
         queued for AddPartitionsToTxn (the engine is woken when it is registered)."""
-        decision = self.machine.may_send(topic, partition)
+        return self._decided(self.machine.may_send(topic, partition))
+
+    def _decided(self, decision: SendDecision) -> bool:
         if decision is SendDecision.SEND:
             return True
         if decision is SendDecision.ASK:
@@ -195,13 +219,15 @@ class TransactionManager:
         """Add a partition to the open transaction without a record (AddPartitionsToTxn):
         its marker then takes one offset of it. The stock-cluster emulation writes a gap of
         exactly one offset this way (an empty aborted transaction), which librdkafka, adding
-        a partition only with a record, cannot."""
+        a partition only with a record, cannot. Under Transactions V2 as well: there a
+        partition joins with its first Produce, so one without a record still needs this
+        request."""
         self.require(TxnState.IN_TRANSACTION)
         deadline = self._deadline(timeout)
         requests = self._engine()[1]
 
         async def add() -> None:
-            self.may_send(topic, partition)
+            self._decided(self.machine.ask_to_add(topic, partition))
             await requests.settle_adding()
 
         self._run(add(), deadline, "register a partition")

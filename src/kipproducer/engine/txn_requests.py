@@ -1,12 +1,21 @@
 """The transaction coordinator's requests (the I/O side of engine/txn_state.py), on the
 engine's event loop.
 
-Protocol: FindCoordinator(key_type 1) -> InitProducerId(transactional_id,
-transaction.timeout.ms; the current producer id and epoch when bumping the epoch, KIP-360) ->
-AddPartitionsToTxn (v0-3; before a partition's first batch in the transaction, all partitions
-waiting at that moment in one request) -> Produce (the engine's) -> AddOffsetsToTxn +
-FindCoordinator(group) + TxnOffsetCommit (v3: member id, generation, group instance id) ->
-EndTxn.
+Classic flow (transaction versions 0/1): FindCoordinator(key_type 1) ->
+InitProducerId(transactional_id, transaction.timeout.ms; the current producer id and epoch
+when bumping the epoch, KIP-360) -> AddPartitionsToTxn (v0-3; before a partition's first
+batch in the transaction, all partitions waiting at that moment in one request) -> Produce
+(the engine's, v <= 11) -> AddOffsetsToTxn + FindCoordinator(group) + TxnOffsetCommit (v3:
+member id, generation, group instance id) -> EndTxn (v <= 4).
+
+Transactions V2 (KIP-890 part 2; chosen per producer by txn_state.speaks_v2 and
+``kip.transaction.protocol``): no AddPartitionsToTxn before a batch (Produce v12 has the
+partition's leader add the partition to the transaction), no AddOffsetsToTxn (TxnOffsetCommit
+v5 has the group coordinator add its partition), and EndTxn v5 bumps the epoch, answering
+with the producer id and epoch to use next (a new producer id when the epoch is exhausted),
+which the engine adopts (every partition's sequence restarts at 0). A partition added
+without a record (TransactionManager.register) still goes through AddPartitionsToTxn v3,
+which a V2 coordinator serves for any client.
 
 Each request is asked until its answer is final: the :class:`~.txn_state.TxnMachine` judges
 every error code (retry, find the coordinator again, abortable, fatal) and these functions
@@ -33,6 +42,7 @@ from ..protocol.api_keys import (
     END_TXN,
     FIND_COORDINATOR,
     INIT_PRODUCER_ID,
+    PRODUCE,
     TXN_OFFSET_COMMIT,
 )
 from .cluster import Cluster
@@ -40,15 +50,20 @@ from .connection import BrokerConnection, BrokerConnectionError
 from .group_metadata import GroupMetadata
 from .txn_state import (
     ADD_OFFSETS_ERRORS,
+    END_TXN_CLASSIC_MAX_VERSION,
     END_TXN_ERRORS,
+    END_TXN_V2_VERSION,
     GROUP_KEY,
     TRANSACTION_KEY,
+    TRANSACTION_VERSION_FEATURE,
     TXN_OFFSET_COMMIT_ERRORS,
+    TXN_OFFSET_COMMIT_V2_VERSION,
     Action,
     Effect,
     Outcome,
     Retry,
     TxnMachine,
+    speaks_v2,
 )
 
 log = logging.getLogger("kipproducer.engine")
@@ -99,8 +114,9 @@ class CoordinatorRequests:
                  machine: TxnMachine, cluster: Cluster,
                  producer: Callable[[], tuple[int, int]],
                  adopt_producer: Callable[[int, int], None],
-                 apply: Callable[[tuple[Effect, ...]], None]) -> None:
+                 apply: Callable[[tuple[Effect, ...]], None], protocol: str = "auto") -> None:
         self.transactional_id = transactional_id
+        self.protocol = protocol  # kip.transaction.protocol
         self.timeout_ms = timeout_ms
         self.retry_backoff_s = retry_backoff_s
         self.machine = machine
@@ -191,6 +207,21 @@ class CoordinatorRequests:
         self.coordinator = conn.node_id
         return conn
 
+    def choose_protocol(self, conn: BrokerConnection) -> None:
+        """Decide, once, whether this producer speaks Transactions V2 (on the coordinator's
+        ApiVersions: the cluster's finalized transaction.version and the versions served)."""
+        if self.machine.v2 is not None:
+            return
+        try:
+            v2 = speaks_v2(self.protocol, conn.finalized_level(TRANSACTION_VERSION_FEATURE),
+                           conn.max_version(PRODUCE), conn.max_version(END_TXN))
+        except KafkaException as exc:
+            self.apply(self.machine.unsupported(exc.args[0]))
+            raise
+        self.machine.v2 = v2
+        log.info("transactional producer %s: %s", self.transactional_id,
+                 "Transactions V2 (KIP-890)" if v2 else "the classic transaction protocol")
+
     # ---- InitProducerId, EndTxn ---------------------------------------------------------------
 
     async def init_producer_id(self, deadline: float, *, bump: bool) -> None:
@@ -198,6 +229,7 @@ class CoordinatorRequests:
 
         async def once() -> None:
             conn = await self.coordinator_connection()
+            self.choose_protocol(conn)
             version = self.version(conn, INIT_PRODUCER_ID, INIT_PRODUCER_ID_MAX_VERSION)
             try:
                 answer = await request_producer_id(
@@ -226,7 +258,10 @@ class CoordinatorRequests:
 
         async def once() -> None:
             conn = await self.coordinator_connection()
-            version = self.version(conn, END_TXN, 3)
+            self.choose_protocol(conn)
+            version = (self.version(conn, END_TXN, END_TXN_V2_VERSION, END_TXN_V2_VERSION)
+                       if self.machine.v2 else
+                       self.version(conn, END_TXN, END_TXN_CLASSIC_MAX_VERSION))
             producer_id, producer_epoch = self.producer()
             response = await self.ask(conn, END_TXN, version, {
                 "transactional_id": self.transactional_id, "producer_id": producer_id,
@@ -234,6 +269,10 @@ class CoordinatorRequests:
             self._settle(self.machine.answer(int(response.error_code), END_TXN_ERRORS,
                                              f"EndTxn {what} failed",
                                              retry_backoff_s=self.retry_backoff_s))
+            if version >= END_TXN_V2_VERSION and response.producer_id >= 0:
+                # V2: the epoch was bumped (or, exhausted, a new producer id given); the next
+                # transaction's batches carry it, every sequence from 0.
+                self.adopt_producer(response.producer_id, response.producer_epoch)
 
         await self.retrying(once, deadline, f"EndTxn {what}")
 
@@ -302,7 +341,8 @@ class CoordinatorRequests:
 
     async def send_offsets(self, group: GroupMetadata, offsets: Offsets,
                            deadline: float) -> None:
-        if group.group_id not in self.machine.groups:
+        v2 = bool(self.machine.v2)
+        if group.group_id not in self.machine.groups and not v2:
             async def add_offsets() -> None:
                 conn = await self.coordinator_connection()
                 version = self.version(conn, ADD_OFFSETS_TO_TXN, 3)
@@ -316,14 +356,18 @@ class CoordinatorRequests:
                                                  retry_backoff_s=self.retry_backoff_s))
 
             await self.retrying(add_offsets, deadline, "AddOffsetsToTxn")
-            self.machine.groups.add(group.group_id)
+        # (V2: the group coordinator adds its partition on TxnOffsetCommit v5; from the first
+        # ask the coordinator may know the transaction, so EndTxn is owed either way)
+        self.machine.groups.add(group.group_id)
         group_conn: list[BrokerConnection] = []
 
         async def commit_offsets() -> None:
             if not group_conn or not group_conn[0].connected:
                 group_conn[:] = [await self.find_coordinator(GROUP_KEY, group.group_id)]
             conn = group_conn[0]
-            version = self.version(conn, TXN_OFFSET_COMMIT, 3)
+            version = (self.version(conn, TXN_OFFSET_COMMIT, TXN_OFFSET_COMMIT_V2_VERSION,
+                                    TXN_OFFSET_COMMIT_V2_VERSION) if v2 else
+                       self.version(conn, TXN_OFFSET_COMMIT, 3))
             producer_id, producer_epoch = self.producer()
             fields: dict[str, Any] = {
                 "transactional_id": self.transactional_id, "group_id": group.group_id,

@@ -1,4 +1,5 @@
-"""The transaction state machine of a transactional producer (KIP-98, TV1), without I/O.
+"""The transaction state machine of a transactional producer (KIP-98; the client flows of
+transaction versions 0/1 and 2, KIP-890), without I/O.
 
 Its states and error classes are librdkafka's (rdkafka_txnmgr.c), so the calls behave as
 confluent-kafka's:
@@ -39,6 +40,43 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1   # FindCoordinator key types
 CONCURRENT_BACKOFF_S = 0.02
 # AddPartitionsToTxn's retriable answers wait this long (librdkafka's fixed 500 ms).
 ADD_PARTITIONS_BACKOFF_S = 0.5
+
+# Transactions V2 (KIP-890 part 2): the cluster finalizes the feature at this level or
+# higher, and the versions that carry the V2 flow (Produce 12 adds its partition to the
+# transaction through the leader; EndTxn 5 bumps the epoch and answers with it;
+# TxnOffsetCommit 5 adds the group's offsets partition itself).
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_VERSION_V2 = 2
+PRODUCE_V2_VERSION = 12
+END_TXN_V2_VERSION = 5
+TXN_OFFSET_COMMIT_V2_VERSION = 5
+# The classic flow's highest versions: Produce 11 is the last before V2 (a classic client must
+# not send Produce 12, which has the leader add the partition); EndTxn stays at 3, as before
+# V2 (4 only adds the TRANSACTION_ABORTABLE answer).
+PRODUCE_CLASSIC_MAX_VERSION = 11
+END_TXN_CLASSIC_MAX_VERSION = 3
+
+
+def speaks_v2(setting: str, finalized_level: int, produce_max: int, end_txn_max: int) -> bool:
+    """Whether the producer runs the Transactions V2 flow: ``setting`` is
+    kip.transaction.protocol (``auto``: V2 where the cluster finalizes transaction.version
+    >= 2 and the coordinator serves Produce 12 and EndTxn 5; ``classic``: never; ``v2``:
+    V2, and a cluster that cannot run it is an error). ``finalized_level`` is the level the
+    coordinator's ApiVersions finalizes (0 when it finalizes none), ``produce_max`` and
+    ``end_txn_max`` the highest versions it serves."""
+    able = (finalized_level >= TRANSACTION_VERSION_V2 and produce_max >= PRODUCE_V2_VERSION
+            and end_txn_max >= END_TXN_V2_VERSION)
+    if setting == "classic":
+        return False
+    if setting == "v2" and not able:
+        raise KafkaException(KafkaError(
+            KafkaError._UNSUPPORTED_FEATURE,
+            "kip.transaction.protocol=v2: the cluster cannot run Transactions V2 (it "
+            f"finalizes {TRANSACTION_VERSION_FEATURE}={finalized_level}, needs "
+            f">= {TRANSACTION_VERSION_V2}; the coordinator serves Produce up to v{produce_max} "
+            f"and EndTxn up to v{end_txn_max}, V2 needs v{PRODUCE_V2_VERSION} and "
+            f"v{END_TXN_V2_VERSION})", fatal=True))
+    return able
 
 
 class TxnState(enum.Enum):
@@ -188,6 +226,10 @@ class TxnMachine:
         # every partition's sequence (a failed batch left a hole, or the broker lost us).
         self.needs_epoch_bump = False
         self.failed_records = 0
+        # Transactions V2 (speaks_v2): a partition joins the transaction with its first
+        # Produce (the leader adds it), EndTxn bumps the epoch. None until decided (the first
+        # InitProducerId or EndTxn, on the coordinator's ApiVersions).
+        self.v2: bool | None = None
 
     # ---- reading the state --------------------------------------------------------------------
 
@@ -343,6 +385,21 @@ class TxnMachine:
                 # A record that slipped in while the transaction failed: dropped too.
                 return SendDecision.PURGE
             return SendDecision.WAIT
+        key = (topic, partition)
+        if key in self.registered:
+            return SendDecision.SEND
+        if self.v2:
+            # V2: the Produce itself adds the partition (the leader asks the coordinator);
+            # from here on the coordinator may know the transaction, so EndTxn is owed.
+            self.registered.add(key)
+            return SendDecision.SEND
+        return self.ask_to_add(topic, partition)
+
+    def ask_to_add(self, topic: str, partition: int) -> SendDecision:
+        """The partition waits for AddPartitionsToTxn (under either flow: an empty
+        partition, whose only mark is the transaction's marker, is added this way; Kafka
+        keeps the client's AddPartitionsToTxn under V2, and the EndTxn of V2 ends such a
+        transaction as any other)."""
         key = (topic, partition)
         if key in self.registered:
             return SendDecision.SEND

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from .. import client_config
 from .._accumulator import BatchDelivery
 from ..clients import with_logger
 from ..errors import (
@@ -149,6 +150,8 @@ class Emulation:
                  bulk_settle: BulkSettle | None = None, key_retention: bool = False,
                  key_index_topic: str = "") -> None:
         self._connection = with_logger(connection_of(conf))
+        # how the gap transactions are spoken (the one kip.* property their producer takes)
+        self._txn_protocol = client_config.value(conf, "kip.transaction.protocol")
         self._engine_txns = engine_transactions
         self._probe_topic = probe_topic
         self._timeout = timeout_s
@@ -632,7 +635,8 @@ class Emulation:
         socket_ms = min(int(self._connection.get("socket.timeout.ms", 60_000)), txn_ms)
         producer = self._engine_txns.new_producer({
             **self._connection, "transactional.id": txn_id, "linger.ms": 0,
-            "transaction.timeout.ms": txn_ms, "socket.timeout.ms": socket_ms})
+            "transaction.timeout.ms": txn_ms, "socket.timeout.ms": socket_ms,
+            "kip.transaction.protocol": self._txn_protocol})
         producer.init_transactions(self._timeout)
         return producer
 
