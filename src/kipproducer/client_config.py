@@ -342,12 +342,13 @@ PROPERTIES: tuple[Property, ...] = (
        "topic gets. Not the Spark sink's option of the same name (docs/spark.md)",
        choices=("native", "emulated", "auto")),
     _p("kip.transaction.protocol", KIP, str, "auto",
-       "the client flow of the engine's transactions (and of emulated offsets' gap "
-       "transactions): `auto` speaks Transactions V2 (KIP-890: no AddPartitionsToTxn before "
-       "a partition's first batch, no AddOffsetsToTxn, the epoch bumped by every EndTxn) "
-       "where the cluster finalizes `transaction.version` >= 2 and serves Produce v12 and "
-       "EndTxn v5, the classic flow elsewhere; `classic` always the classic flow; `v2` V2, "
-       "and a fatal error where the cluster cannot run it",
+       "the client flow of the engine's transactions: `auto` speaks Transactions V2 "
+       "(KIP-890: no AddPartitionsToTxn before a partition's first batch, no "
+       "AddOffsetsToTxn, the epoch bumped by every EndTxn) where the cluster finalizes "
+       "`transaction.version` >= 2 and serves Produce v12 and EndTxn v5, the classic flow "
+       "elsewhere; `classic` always the classic flow; `v2` V2, and a fatal error where the "
+       "cluster cannot run it. Emulated offsets' gap transactions take the classic flow "
+       "unless this is set (V2 saves a gap nothing, measured)",
        field="transaction_protocol", choices=("auto", "classic", "v2")),
     _p("kip.emulation.transactional.id", KIP, parse_text, "",
        "emulated `offset=`: the transactional id of this writer, the same across its restarts "

@@ -45,7 +45,7 @@ RUNS = [
     ("side_by_side_broker.py", ["--messages", "2000", "--repeat", "1", "--partitions", "1"],
      "tansu"),
     ("side_by_side_gaps.py", ["--records", "1000", "--run", "100", "--repeat", "1",
-                              "--brokers", "standin"], "ms/gap"),
+                              "--brokers", "standin", "--protocols", "auto,classic"], "ms/gap"),
     ("side_by_side_mirror_lag.py", ["--broker", "kip", "--rate", "500", "--seconds", "2",
                                     "--repeat", "1"], "| kip mirror preserve |"),
 ]
