@@ -84,6 +84,9 @@ class Reader(threading.Thread):
         self.lags_ns: list[int] = []
         self.seen: dict[int, int] = {}   # sequence -> times read
         self.last_arrival_ns: dict[int, int] = {}
+        # distinct sequences >= 0 read: counted here, since another thread iterating seen
+        # while this one adds to it fails ("dictionary changed size during iteration")
+        self.distinct = 0
         self.stopping = threading.Event()
         self.error: BaseException | None = None
 
@@ -105,7 +108,10 @@ class Reader(threading.Thread):
                         continue
                     now = time.time_ns()
                     seq, sent = VALUE.unpack_from(m.value())
-                    self.seen[seq] = self.seen.get(seq, 0) + 1
+                    times = self.seen.get(seq, 0)
+                    self.seen[seq] = times + 1
+                    if seq >= 0 and times == 0:
+                        self.distinct += 1
                     self.last_arrival_ns[seq] = now
                     if seq >= 0:
                         self.lags_ns.append(now - sent)
@@ -176,8 +182,8 @@ def run_lane(lane: str, source: BenchBroker, target: BenchBroker, rnd: int, rate
         if producer.flush(60):
             raise RuntimeError("the source producer did not deliver everything")
         written_s = time.perf_counter() - start
-        wait_for(lambda: n - 1 in reader.last_arrival_ns and sum(
-            1 for s in reader.seen if s >= 0) >= n or reader.error is not None,
+        wait_for(lambda: n - 1 in reader.last_arrival_ns and reader.distinct >= n
+                 or reader.error is not None,
             DRAIN_S, f"{lane}: the last records")
         if lane == MM2:
             cpu = broker_cpu(proc.pid) - cpu0

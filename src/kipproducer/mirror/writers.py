@@ -38,7 +38,15 @@ from ..producer import (
     wait_for_producer_id,
 )
 from .metrics import Metrics
-from .topics import CLIENT_ERRORS, MirrorError, TopicMap, TopicPair, error_text, kafka_error_of
+from .topics import (
+    CLIENT_ERRORS,
+    MirrorError,
+    TopicMap,
+    TopicPair,
+    error_text,
+    kafka_error_of,
+    retry_transient,
+)
 
 if TYPE_CHECKING:
     from .fetcher import Fetched
@@ -580,10 +588,14 @@ class TransactionalWriter(Writer):
         target = self._group_consumer("target")
         source = self._group_consumer("source")
         try:
-            there = target.committed([TopicPartition(pair.target, p) for pair, p in new],
-                                     timeout=self.mirror.timeout)
-            here = source.committed([TopicPartition(pair.source, p) for pair, p in new],
-                                    timeout=self.mirror.timeout)
+            # a group coordinator that is loading or moving (a new cluster's offsets topic
+            # just created, say) answers NOT_COORDINATOR: asked again, as every transient error
+            there = retry_transient(lambda: target.committed(
+                [TopicPartition(pair.target, p) for pair, p in new],
+                timeout=self.mirror.timeout), self.mirror.timeout)
+            here = retry_transient(lambda: source.committed(
+                [TopicPartition(pair.source, p) for pair, p in new],
+                timeout=self.mirror.timeout), self.mirror.timeout)
             starts = {}
             synced = []
             for (pair, p), t, s in zip(new, there, here, strict=True):
@@ -601,7 +613,8 @@ class TransactionalWriter(Writer):
             if synced:
                 log.info("group %s: source offsets copied to the target first: %s",
                          self.group, synced)
-                target.commit(offsets=synced, asynchronous=False)
+                retry_transient(lambda: target.commit(offsets=synced, asynchronous=False),
+                                self.mirror.timeout)
             return starts
         except CLIENT_ERRORS as exc:
             raise MirrorError(f"offsets of group {self.group!r}: {error_text(exc)}") from None
