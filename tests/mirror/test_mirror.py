@@ -306,3 +306,34 @@ def test_a_probe_whose_metadata_lost_a_partition_is_replaced(source, target, top
         assert mirror._probes["source"] is not stuck
     finally:
         mirror.close_probes()
+
+
+class BrokerHandleDestroyedOnce(Consumer):
+    """A probe whose first watermark query was in flight to a node that left the metadata
+    (killed -9 on Apache Kafka): librdkafka fails it with _DESTROY_BROKER."""
+
+    failed = False
+
+    def get_watermark_offsets(self, *args, **kwargs):
+        if not self.failed:
+            self.failed = True
+            raise KafkaException(KafkaError(KafkaError._DESTROY_BROKER,
+                                            "Failed to get watermark offsets: Local: Broker "
+                                            "handle destroyed without termination"))
+        return super().get_watermark_offsets(*args, **kwargs)
+
+
+def test_a_query_to_a_node_that_left_is_asked_again(source, target, topics):
+    """_DESTROY_BROKER is transient: the watermark query is asked again (before, the mirror
+    stopped on it when a source node was killed -9 mid-copy on Apache Kafka)."""
+    topic = topics["trimmed"]
+    mirror = Mirror(source.bootstrap_servers, target.bootstrap_servers, topic,
+                    mode="preserve", progress=False, timeout=5)
+    probe = BrokerHandleDestroyedOnce({"bootstrap.servers": source.bootstrap_servers,
+                                       "group.id": unique("destroyed")})
+    mirror._probes["source"] = probe
+    try:
+        assert mirror.watermarks("source", topic, 0) == watermarks(source, topic)[0]
+        assert probe.failed
+    finally:
+        mirror.close_probes()

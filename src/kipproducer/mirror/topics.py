@@ -46,6 +46,9 @@ TRANSIENT_CODES = frozenset({
     # serves metadata that lags (Apache Kafka, a node back from kill -9): asked again, and
     # still raised once the mirror's timeout has passed
     KafkaError._UNKNOWN_PARTITION,
+    # a request in flight to a node that left the metadata (killed -9, fenced by Kafka): its
+    # broker handle is destroyed under it; the next try goes to the partition's new leader
+    KafkaError._DESTROY_BROKER,
 })
 
 #: What the failed calls of a mirror raise: librdkafka's errors, and the builtin TimeoutError
