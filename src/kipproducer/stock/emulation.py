@@ -955,7 +955,8 @@ class Emulation:
     def _after_transaction(self, key: tuple[str, int], action: Action, wrong: Any,
                            end: int) -> Any:
         if wrong is None and end != action.end:
-            wrong = f"the log ends at {end}, not {action.end}: another writer appended"
+            wrong = (f"the log ends at {end}, not {action.end}: another writer appended (or, "
+                     "after a partition leader died, Kafka wrote the transaction marker twice)")
         if wrong is None:
             self._ends[key] = end
             return None
