@@ -846,13 +846,8 @@ class Producer(confluent_kafka.Producer):
                 self._serve_engine(0.01)
         finally:
             engine.end_flush()
-        err = _stock.first_failure(outcome)
-        if err is not None:
-            unreachable = _unreachable(engine)
-            if unreachable and err.code() == KafkaError._MSG_TIMED_OUT:
-                raise KafkaException(KafkaError(err.code(), f"append to {topic}[{partition}]: "
-                                                f"{err.str()}: {unreachable}"))
-        return _stock.append_verdict(outcome)
+        return _stock.append_verdict(outcome, f"append to {topic}[{partition}]",
+                                     _unreachable(engine))
 
     def _batch_through_librdkafka(self, topic, messages, partition, on_delivery) -> int:
         queued = 0

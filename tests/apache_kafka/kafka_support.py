@@ -115,14 +115,16 @@ class WireLog:
     def count(self, api_key: int) -> int:
         return sum(1 for k, _ in self.sent if k == api_key)
 
-    def transactions_with(self, api_key: int, end_key: int = 26) -> int:
-        """How many stretches between two EndTxn requests (26) hold ``api_key``: the
+    def transactions_with(self, api_key: int) -> int:
+        """How many stretches between two EndTxn requests hold ``api_key``: the
         transactions that sent it (a retried EndTxn makes an empty stretch)."""
+        from kipproducer.protocol.api_keys import END_TXN
+
         found, seen = 0, False
         for key, _ in self.sent:
             if key == api_key:
                 seen = True
-            elif key == end_key:
+            elif key == END_TXN:
                 found += seen
                 seen = False
         return found

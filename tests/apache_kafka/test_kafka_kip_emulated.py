@@ -37,12 +37,12 @@ from scenario_support import unique
 
 from kipproducer import Producer
 from kipproducer.broker.embedded import EmbeddedBroker
+from kipproducer.protocol.api_keys import ADD_PARTITIONS_TO_TXN, END_TXN
 from kipproducer.stock.plan import FILLER_HEADER
 
 # missing offsets: 4 (a gap of 1), 7-8 (of 2), 11 (1), 13..59 (many), 63 (1)
 OFFSETS = [0, 1, 2, 3, 5, 6, 9, 10, 12, 60, 61, 62, 64]
 GAPS, GAPS_OF_ONE = 5, 3
-ADD_PARTITIONS_TO_TXN, END_TXN = 24, 26
 
 
 def emulated(bootstrap: str, writer: str | None = None, **extra) -> Producer:

@@ -41,6 +41,13 @@ from scenario_support import (
 )
 
 from kipproducer import Producer
+from kipproducer.protocol.api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    END_TXN,
+    PRODUCE,
+    TXN_OFFSET_COMMIT,
+)
 
 
 def _run(cluster: KafkaCluster, client: str, kind: str) -> Outcome:
@@ -152,8 +159,6 @@ def test_transactions_on_transaction_version_0_beside_confluent(
         assert_within(kip, outcomes[0])
 
 
-# Kafka's API keys, as the wire log shows them
-PRODUCE, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 0, 24, 25, 26, 28
 # (cluster fixture, kip.transaction.protocol, whether V2 is spoken)
 FLOWS = [("kafka3", "auto", True), ("kafka3", "classic", False), ("kafka1_tv0", "auto", False)]
 

@@ -12,8 +12,8 @@ from mock_cluster import MockCluster
 from kipproducer.mirror import Mirror
 from kipproducer.mirror.topics import TopicPair
 from kipproducer.mirror.writers import TransactionalWriter
-
-OFFSET_FETCH, NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS = 9, 16, 14
+from kipproducer.protocol.api_keys import OFFSET_FETCH
+from kipproducer.protocol.error_codes import COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR
 
 
 def test_resume_asks_again_while_the_group_coordinator_moves() -> None:

@@ -291,21 +291,28 @@ class MetadataWithoutThePartition(Consumer):
                                         "partition"))
 
 
+def source_watermarks_through(probe_class, source, target, topic: str):
+    """The mirror's watermarks of ``topic``[0] on the source, asked with a probe of
+    ``probe_class`` in place: (the answer, that probe, the probe in place after)."""
+    mirror = Mirror(source.bootstrap_servers, target.bootstrap_servers, topic,
+                    mode="preserve", progress=False, timeout=5)
+    probe = mirror._probes["source"] = probe_class({
+        "bootstrap.servers": source.bootstrap_servers, "group.id": unique("probe")})
+    try:
+        return mirror.watermarks("source", topic, 0), probe, mirror._probes.get("source")
+    finally:
+        mirror.close_probes()
+
+
 def test_a_probe_whose_metadata_lost_a_partition_is_replaced(source, target, topics):
     """The mirror's watermark probe is replaced when its cache lacks a known partition, and
     the next try asks the cluster (before, the stuck probe was asked again until the mirror's
     timeout, and the mirror stopped with 'Unknown partition')."""
     topic = topics["trimmed"]
-    mirror = Mirror(source.bootstrap_servers, target.bootstrap_servers, topic,
-                    mode="preserve", progress=False, timeout=5)
-    stuck = MetadataWithoutThePartition({"bootstrap.servers": source.bootstrap_servers,
-                                         "group.id": unique("stuck")})
-    mirror._probes["source"] = stuck
-    try:
-        assert mirror.watermarks("source", topic, 0) == watermarks(source, topic)[0]
-        assert mirror._probes["source"] is not stuck
-    finally:
-        mirror.close_probes()
+    marks, stuck, after = source_watermarks_through(MetadataWithoutThePartition, source,
+                                                    target, topic)
+    assert marks == watermarks(source, topic)[0]
+    assert after is not stuck
 
 
 class BrokerHandleDestroyedOnce(Consumer):
@@ -327,13 +334,7 @@ def test_a_query_to_a_node_that_left_is_asked_again(source, target, topics):
     """_DESTROY_BROKER is transient: the watermark query is asked again (before, the mirror
     stopped on it when a source node was killed -9 mid-copy on Apache Kafka)."""
     topic = topics["trimmed"]
-    mirror = Mirror(source.bootstrap_servers, target.bootstrap_servers, topic,
-                    mode="preserve", progress=False, timeout=5)
-    probe = BrokerHandleDestroyedOnce({"bootstrap.servers": source.bootstrap_servers,
-                                       "group.id": unique("destroyed")})
-    mirror._probes["source"] = probe
-    try:
-        assert mirror.watermarks("source", topic, 0) == watermarks(source, topic)[0]
-        assert probe.failed
-    finally:
-        mirror.close_probes()
+    marks, probe, _ = source_watermarks_through(BrokerHandleDestroyedOnce, source, target,
+                                                topic)
+    assert marks == watermarks(source, topic)[0]
+    assert probe.failed

@@ -115,11 +115,6 @@ class TransactionManager:
     def _producer(self) -> tuple[int, int]:
         return (-1, -1) if self._hooks is None else self._hooks.producer()
 
-    @property
-    def v2(self) -> bool:
-        """Whether this producer speaks Transactions V2 (decided by init_transactions())."""
-        return bool(self.machine.v2)
-
     def produce_versions(self, lowest: int, highest: int) -> tuple[int, int]:
         """The (lowest, highest) Produce version for this producer's batches, within the
         engine's: V2 needs v12 (the leader adds the partition), the classic flow must stay

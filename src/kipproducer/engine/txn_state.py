@@ -385,13 +385,10 @@ class TxnMachine:
                 # A record that slipped in while the transaction failed: dropped too.
                 return SendDecision.PURGE
             return SendDecision.WAIT
-        key = (topic, partition)
-        if key in self.registered:
-            return SendDecision.SEND
         if self.v2:
             # V2: the Produce itself adds the partition (the leader asks the coordinator);
             # from here on the coordinator may know the transaction, so EndTxn is owed.
-            self.registered.add(key)
+            self.registered.add((topic, partition))
             return SendDecision.SEND
         return self.ask_to_add(topic, partition)
 

@@ -11,7 +11,12 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from ..client_config import parse_bool
-from ..errors import KEY_OFFSET_MISMATCH, OffsetOrderError
+from ..errors import (
+    KEY_OFFSET_MISMATCH,
+    OffsetOrderError,
+    ProduceOffsetKafkaError,
+    raise_for,
+)
 from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PRODUCE_OFFSETS
 from .emulation import Emulation, EngineTransactions
 from .probe import EmulationUnsupported
@@ -271,7 +276,7 @@ def key_conditional(emulation: Emulation, topic: str, partition: int, group: lis
     emulation.key_conditional(topic, partition, parts, expected, partitions)
 
 
-def first_failure(outcome: list) -> KafkaError | None:
+def _first_failure(outcome: list) -> KafkaError | None:
     """The error append() raises of its reports ``(err, report)``: a failed key condition
     before the others (the records refused with it only because it failed carry
     OPERATION_NOT_ATTEMPTED), else the first in delivery order; None when all succeeded."""
@@ -280,13 +285,15 @@ def first_failure(outcome: list) -> KafkaError | None:
                 errors[0] if errors else None)
 
 
-def append_verdict(outcome: list) -> int:
-    """What append() returns or raises once every report of the call is in."""
-    from ..errors import ProduceOffsetKafkaError, raise_for
-
-    err = first_failure(outcome)
+def append_verdict(outcome: list, where: str = "append",
+                   unreachable: str | None = None) -> int:
+    """What append() returns or raises once every report of the call is in. ``unreachable``:
+    why no broker ever answered (a timed-out record's error then says so, after ``where``)."""
+    err = _first_failure(outcome)
     if err is not None:
         if isinstance(err, ProduceOffsetKafkaError):
             raise_for(err)
+        if unreachable and err.code() == KafkaError._MSG_TIMED_OUT:
+            err = KafkaError(err.code(), f"{where}: {err.str()}: {unreachable}")
         raise KafkaException(err)
     return min(report.offset() for _, report in outcome) if outcome else -1
