@@ -455,6 +455,16 @@ class KafkaCluster:
         partitions = BASE_CONFIG["transaction.state.log.num.partitions"]
         return self.leader("__transaction_state", (0 if h == -(1 << 31) else abs(h)) % partitions)
 
+    def active_controller(self) -> int:
+        """The KRaft quorum's leader (the active controller), as kafka-metadata-quorum tells."""
+        out = self.tool("org.apache.kafka.tools.MetadataQuorumCommand", "--bootstrap-server",
+                        self.bootstrap, "describe", "--status")
+        for line in out.splitlines():
+            name, _, found = line.partition(":")
+            if name.strip() == "LeaderId":
+                return int(found)
+        raise RuntimeError(f"no LeaderId in kafka-metadata-quorum's answer:\n{out}")
+
     def wait_leaders(self, topic: str, partitions: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
