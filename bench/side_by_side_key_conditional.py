@@ -28,6 +28,14 @@ publishes are independent. Here every condition holds, so both write every event
 The one-at-a-time table appends ``--serial-records`` events one after the other, each
 waiting for its acknowledgement (kip: produce() + flush(); nats: ``await js.publish()``).
 
+The several-writers table runs ``--writers`` processes at once (4 by default), each with a
+disjoint share of the aggregates (every N-th) and the same rounds, in each system's lane with
+a report per event (kip: ``produce_arrays per-record``; nats: ``publish_async``), started
+together once every writer is connected and warm, timed to the last writer's last
+acknowledgement. Natively the writers share the one partition (the broker checks each key, so
+no writer's append conflicts with another's); emulated, a partition per writer (the emulation
+keeps one fenced transactional writer per partition); JetStream's share the stream.
+
 The conflict run: two writer processes race on ``--conflict-keys`` aggregates, each making
 ``--conflict-attempts`` appends one at a time (the same keys in the same order), each
 conditioned on what that writer last learnt of the key (its own append's position, or the
@@ -44,7 +52,7 @@ on tmpfs when there is one; lanes alternate within each round; medians of ``--re
 rounds.
 
     python bench/side_by_side_key_conditional.py [--keys N] [--records N] [--repeat R]
-        [--serial-records N] [--conflict-keys N] [--conflict-attempts N]
+        [--serial-records N] [--writers N] [--conflict-keys N] [--conflict-attempts N]
         [--systems kip,kafka1,nats] [--nats-server PATH] [--write bench/RESULTS.md]
 """
 
@@ -83,6 +91,9 @@ LANES = {"kip": ["kip produce()", "kip produce_batch", "kip produce_arrays per-r
                  "kip produce_arrays"],
          "kafka1": ["kip produce_batch", "kip produce_arrays per-record", "kip produce_arrays"],
          "nats": ["nats publish_async"]}
+# the several-writers table: each system's lane with a report per event
+WRITERS_LANE = {"kip": "kip produce_arrays per-record",
+                "kafka1": "kip produce_arrays per-record", "nats": "nats publish_async"}
 SERIAL_LANE = {"kip": "kip produce() + flush()", "kafka1": "kip produce() + flush()",
                "nats": "nats await js.publish()"}
 PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
@@ -194,11 +205,11 @@ async def _nats_log(address: str, stream: str) -> list[tuple[int, bytes, bytes]]
         await nc.close()
 
 
-def kip_topic(bootstrap: str, topic: str, replication: int) -> None:
+def kip_topic(bootstrap: str, topic: str, replication: int, partitions: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 4})
-    admin.create_topics([NewTopic(topic, 1, replication, config=TOPIC_CONFIG)]
+    admin.create_topics([NewTopic(topic, partitions, replication, config=TOPIC_CONFIG)]
                         )[topic].result(30)
 
 
@@ -234,14 +245,38 @@ def kip_log(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
 # -- the lanes (each in a child process) ----------------------------------------------------
 
 
+class Writer:
+    """One of ``count`` writers of the several-writers table: its share of the aggregates
+    (every count-th, disjoint from the others'), its partition, and the start gate the
+    parent opens once every writer is connected and warm."""
+
+    def __init__(self, index: int, count: int, partition: int, gate: str) -> None:
+        self.index, self.count, self.partition, self.gate = index, count, partition, gate
+
+    def share(self, names: list[bytes]) -> list[bytes]:
+        return names[self.index::self.count]
+
+    def ready_and_wait(self) -> None:
+        open(os.path.join(self.gate, f"ready-{self.index}"), "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(os.path.join(self.gate, "go")):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the start gate never opened")
+            time.sleep(0.001)
+
+    def done(self) -> None:
+        open(os.path.join(self.gate, f"done-{self.index}"), "w").close()
+
+
 def key_names(n: int) -> list[bytes]:
     return [b"k%011d" % i for i in range(n)]
 
 
-def kip_producer(bootstrap: str, topic: str, system: str, warm_key: bytes = b"warm-up"):
+def kip_producer(bootstrap: str, topic: str, system: str, warm_key: bytes = b"warm-up",
+                 partition: int = 0):
     """A Producer that reaches ``topic`` in the system's mode; its first conditional append
     (engine, connections, the emulation's probe, fence and key index) made untimed, to
-    ``warm_key``."""
+    ``warm_key`` in ``partition``."""
     from kipproducer import Producer
     from kipproducer.errors import KEY_ABSENT
 
@@ -251,7 +286,7 @@ def kip_producer(bootstrap: str, topic: str, system: str, warm_key: bytes = b"wa
     if mode != want:
         raise RuntimeError(f"{topic} is {mode} here, the bench wants {want}")
     out: list = []
-    p.produce(topic, b"warm", warm_key, partition=0, expected_key_offset=KEY_ABSENT,
+    p.produce(topic, b"warm", warm_key, partition=partition, expected_key_offset=KEY_ABSENT,
               on_delivery=lambda err, msg: out.append(err))
     if p.flush(60) or out != [None]:
         raise RuntimeError(f"warm-up append failed: {out}")
@@ -259,13 +294,21 @@ def kip_producer(bootstrap: str, topic: str, system: str, warm_key: bytes = b"wa
 
 
 def kip_rounds(lane: str, system: str, bootstrap: str, topic: str, keys: int, rounds: int,
-               pids: list[int]) -> dict:
+               pids: list[int], writer: Writer | None = None) -> dict:
+    """One lane's rounds over ``keys`` aggregates; as one of several writers (``writer``):
+    over its share of the keys, in its partition, timed from the common start."""
     import numpy as np
 
     from kipproducer.errors import KEY_ABSENT
 
-    p = kip_producer(bootstrap, topic, system)
     names = key_names(keys)
+    partition = 0
+    if writer is None:
+        p = kip_producer(bootstrap, topic, system)
+    else:
+        names, partition = writer.share(names), writer.partition
+        p = kip_producer(bootstrap, topic, system, b"warm-up-%d" % writer.index, partition)
+        keys = len(names)
     index = {k: i for i, k in enumerate(names)}
     value = os.urandom(VALUE_SIZE)
     last = np.full(keys, KEY_ABSENT, dtype=np.int64)
@@ -281,25 +324,28 @@ def kip_rounds(lane: str, system: str, bootstrap: str, topic: str, keys: int, ro
     key_col = np.array(names, dtype=object)
     value_col = np.array([value] * keys, dtype=object)
     positions = np.arange(keys, dtype=np.int64)
+    if writer is not None:
+        writer.ready_and_wait()
     server0, cpu0, t0 = brokers_cpu(pids), time.process_time(), time.perf_counter()
+    started = time.time()
     for _ in range(rounds):
         if lane == "kip produce()":
             produce = p.produce
             for i, key in enumerate(names):
-                produce(topic, value, key, partition=0, expected_key_offset=int(last[i]),
+                produce(topic, value, key, partition=partition, expected_key_offset=int(last[i]),
                         on_delivery=delivered)
         elif lane == "kip produce_batch":
             p.produce_batch(topic, [{"key": key, "value": value,
                                      "expected_key_offset": int(last[i])}
                                     for i, key in enumerate(names)],
-                            partition=0, on_delivery=delivered)
+                            partition=partition, on_delivery=delivered)
         elif lane == "kip produce_arrays per-record":
-            p.produce_arrays(topic, value_col, keys=key_col, partition=0,
+            p.produce_arrays(topic, value_col, keys=key_col, partition=partition,
                              expected_key_offsets=last.copy(), per_record=True,
                              on_delivery=delivered)
         else:  # one report per batch: its base offset gives every record's
             batches.clear()
-            p.produce_arrays(topic, value_col, keys=key_col, partition=0,
+            p.produce_arrays(topic, value_col, keys=key_col, partition=partition,
                              expected_key_offsets=last.copy(),
                              on_delivery=lambda err, report: batches.append((err, report)))
         if p.flush(120):
@@ -313,7 +359,10 @@ def kip_rounds(lane: str, system: str, bootstrap: str, topic: str, keys: int, ro
             raise RuntimeError(f"{lane}: {len(failures)} appends failed, first {failures[0]}")
     seconds = time.perf_counter() - t0
     result = {"seconds": seconds, "cpu": time.process_time() - cpu0,
-              "server_cpu": brokers_cpu(pids) - server0, "records": keys * rounds}
+              "server_cpu": brokers_cpu(pids) - server0, "records": keys * rounds,
+              "started": started, "ended": time.time()}
+    if writer is not None:
+        writer.done()
     p.close()
     return result
 
@@ -344,20 +393,30 @@ def kip_serial(system: str, bootstrap: str, topic: str, keys: int, records: int,
 
 
 async def nats_run(address: str, stream: str, keys: int, rounds: int, serial: int,
-                   pids: list[int]) -> dict:
+                   pids: list[int], writer: Writer | None = None) -> dict:
     """JetStream's side: rounds of publish_async (``serial`` 0), or ``serial`` publishes one
-    at a time."""
+    at a time; as one of several writers (``writer``), rounds over its share of the
+    subjects of a stream the parent made."""
     import nats
 
-    await _nats_admin(address, "add", stream)
+    names = key_names(keys)
+    tag = ""
+    if writer is None:
+        await _nats_admin(address, "add", stream)
+    else:
+        names, tag = writer.share(names), f"-{writer.index}"
+        keys = len(names)
     nc = await nats.connect(f"nats://{address}")
     js = nc.jetstream(publish_async_max_pending=max(4000, keys))
-    await js.publish(f"{stream}.warm-up", b"warm", headers={EXPECTED_HEADER: "0"})
-    await (await js.publish_async(f"{stream}.warm-up-async", b"warm"))
-    subjects = [f"{stream}.{key.decode()}" for key in key_names(keys)]
+    await js.publish(f"{stream}.warm-up{tag}", b"warm", headers={EXPECTED_HEADER: "0"})
+    await (await js.publish_async(f"{stream}.warm-up-async{tag}", b"warm"))
+    subjects = [f"{stream}.{key.decode()}" for key in names]
     value = os.urandom(VALUE_SIZE)
     last = [NATS_ABSENT] * keys
+    if writer is not None:
+        writer.ready_and_wait()
     server0, cpu0, t0 = brokers_cpu(pids), time.process_time(), time.perf_counter()
+    started = time.time()
     if serial:
         for n in range(serial):
             i = n % keys
@@ -372,7 +431,10 @@ async def nats_run(address: str, stream: str, keys: int, rounds: int, serial: in
             last = [ack.seq for ack in await asyncio.gather(*futures)]
         records = keys * rounds
     result = {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - cpu0,
-              "server_cpu": brokers_cpu(pids) - server0, "records": records}
+              "server_cpu": brokers_cpu(pids) - server0, "records": records,
+              "started": started, "ended": time.time()}
+    if writer is not None:
+        writer.done()
     await nc.close()
     return result
 
@@ -567,6 +629,72 @@ def run_lane(bench: Bench, system: str, lane: str, name: str, keys: int, rounds:
             kip_delete(address, name)
 
 
+def _gate_count(gate: str, what: str) -> int:
+    return sum(1 for f in os.listdir(gate) if f.startswith(what))
+
+
+def run_writers(bench: Bench, system: str, lane: str, name: str, keys: int, rounds: int,
+                writers: int) -> dict:
+    """``writers`` processes on disjoint shares of the aggregates, started together once all
+    are connected and warm; timed from the start to the last acknowledgement of the last
+    writer, the server's CPU over the same span, the clients' CPU summed."""
+    address, pids = bench.address[system], bench.pids[system]
+    # the emulation keeps one fenced writer per partition: a partition per writer there;
+    # natively the writers share the one partition, as JetStream's share the stream
+    partitions = writers if system == "kafka1" else 1
+    if system == "nats":
+        asyncio.run(_nats_admin(address, "add", name))
+    else:
+        kip_topic(address, name, bench.replication, partitions)
+    gate = tempfile.mkdtemp(prefix="kip-bench-writers-")
+    procs: list[subprocess.Popen] = []
+    try:
+        for w in range(writers):
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "--one", lane, "--system", system,
+                 "--address", address, "--name", name, "--keys", str(keys), "--rounds",
+                 str(rounds), "--pids", ",".join(map(str, pids)), "--writer", str(w),
+                 "--writer-count", str(writers), "--partition", str(w % partitions),
+                 "--gate", gate],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env()))
+
+        def wait_for(what: str, timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while _gate_count(gate, what) < writers:
+                failed = [p for p in procs if p.poll() not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"a writer on {system} failed:\n"
+                                       f"{failed[0].communicate()[1][-3000:]}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"writers on {system}: not all {what} in {timeout} s")
+                time.sleep(0.001)
+
+        wait_for("ready", 300)
+        server0 = brokers_cpu(pids)
+        open(os.path.join(gate, "go"), "w").close()
+        wait_for("done", 1200)
+        server = brokers_cpu(pids) - server0
+        outs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a writer on {system} failed:\n{err[-3000:]}")
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+        return {"seconds": max(o["ended"] for o in outs) - min(o["started"] for o in outs),
+                "cpu": sum(o["cpu"] for o in outs), "server_cpu": server,
+                "records": sum(o["records"] for o in outs)}
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(gate, ignore_errors=True)
+        if system == "nats":
+            asyncio.run(_nats_admin(address, "delete", name))
+        else:
+            kip_delete(address, name)
+
+
 def run_conflict(bench: Bench, system: str, name: str, keys: int, attempts: int) -> dict:
     """Two writers racing on the same keys, then the log judged."""
     address = bench.address[system]
@@ -611,6 +739,8 @@ def run_conflict(bench: Bench, system: str, name: str, keys: int, attempts: int)
 
 def child(args) -> None:
     pids = [int(p) for p in args.pids.split(",") if p]
+    writer = (Writer(args.writer, args.writer_count, args.partition, args.gate)
+              if args.writer_count else None)
     if args.conflict:
         if args.system == "nats":
             out = asyncio.run(nats_conflict(args.address, args.name, args.conflict, args.keys,
@@ -620,12 +750,12 @@ def child(args) -> None:
                                args.attempts, args.ready_dir)
     elif args.system == "nats":
         out = asyncio.run(nats_run(args.address, args.name, args.keys, args.rounds,
-                                   args.serial, pids))
+                                   args.serial, pids, writer))
     elif args.serial:
         out = kip_serial(args.system, args.address, args.name, args.keys, args.serial, pids)
     else:
         out = kip_rounds(args.one, args.system, args.address, args.name, args.keys,
-                         args.rounds, pids)
+                         args.rounds, pids, writer)
     print(json.dumps(out))
 
 
@@ -648,12 +778,16 @@ def main(argv=None) -> None:
     ap.add_argument("--conflict-keys", type=int, default=10)
     ap.add_argument("--conflict-attempts", type=int, default=200,
                     help="appends per writer of the conflict run (0: none)")
+    ap.add_argument("--writers", type=int, default=4,
+                    help="writers of the several-writers table (0: none)")
     ap.add_argument("--systems", default="kip,kafka1,nats")
     ap.add_argument("--nats-server", default="nats-server", metavar="PATH")
     ap.add_argument("--write", metavar="PATH")
-    for hidden in ("--one", "--system", "--address", "--name", "--pids", "--ready-dir"):
+    for hidden in ("--one", "--system", "--address", "--name", "--pids", "--ready-dir",
+                   "--gate"):
         ap.add_argument(hidden, default="", help=argparse.SUPPRESS)
-    for hidden in ("--rounds", "--serial", "--conflict", "--attempts"):
+    for hidden in ("--rounds", "--serial", "--conflict", "--attempts", "--writer",
+                   "--writer-count", "--partition"):
         ap.add_argument(hidden, type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.system:
@@ -676,6 +810,13 @@ def main(argv=None) -> None:
                     got = run_lane(bench, system, lane, name, args.keys, rounds, 0)
                     results[(system, lane)].append(got)
                     print(f"round {rnd}: {SYSTEMS[system]:34s} {lane:30s} "
+                          f"{got['records'] / got['seconds']:10,.0f} rec/s", file=sys.stderr)
+                if args.writers:
+                    lane = WRITERS_LANE[system]
+                    got = run_writers(bench, system, lane, f"kc{rnd}-{system}-writers",
+                                      args.keys, rounds, args.writers)
+                    results[(system, "writers")].append(got)
+                    print(f"round {rnd}: {SYSTEMS[system]:34s} {args.writers} writers, {lane:20s}"
                           f"{got['records'] / got['seconds']:10,.0f} rec/s", file=sys.stderr)
                 if args.serial_records:
                     lane = SERIAL_LANE[system]
@@ -711,7 +852,8 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
     n = rounds * args.keys
     flags = "".join(f" --{name.replace('_', '-')} {getattr(args, name)}"
                     for name, default in (("keys", 1000), ("records", 100_000), ("repeat", 3),
-                                          ("serial_records", 500), ("conflict_keys", 10),
+                                          ("serial_records", 500), ("writers", 4),
+                                          ("conflict_keys", 10),
                                           ("conflict_attempts", 200),
                                           ("systems", "kip,kafka1,nats"),
                                           ("nats_server", "nats-server"))
@@ -751,6 +893,23 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
             best[system] = max(best.get(system, 0.0), rate)
             lines.append(f"| {SYSTEMS[system]} | {lane} | {rate:,.0f} | {cpu:.1f} | "
                          f"{server:.1f} | {rate / nats_rate:.2f}x |")
+    if args.writers:
+        lines += ["", f"{args.writers} writers at once, each a process of its own with a "
+                  f"disjoint share of the {args.keys:,} aggregates (every {args.writers}th), "
+                  f"the same {rounds:,} rounds ({n:,} events in all), started together once "
+                  "every writer was connected and warm, timed to the last writer's last "
+                  "acknowledgement (client CPU: the writers' summed). kip native: the writers "
+                  "share the one partition (the broker checks each key); kip emulated: a "
+                  "partition per writer (the emulation keeps one fenced writer per partition); "
+                  "JetStream: the writers share the one stream.", "",
+                  "| system | lane | events/s | client CPU us/event | server CPU us/event | "
+                  "vs JetStream |", "|---|---|---:|---:|---:|---:|"]
+        writers_nats = rate_cell(results[("nats", "writers")])[0] if "nats" in systems \
+            else float("nan")
+        for system in systems:
+            rate, cpu, server = rate_cell(results[(system, "writers")])
+            lines.append(f"| {SYSTEMS[system]} | {WRITERS_LANE[system]} | {rate:,.0f} | "
+                         f"{cpu:.1f} | {server:.1f} | {rate / writers_nats:.2f}x |")
     if args.serial_records:
         lines += ["", f"One at a time ({args.serial_records:,} events over the same "
                   f"{args.keys:,} aggregates, each waiting for its acknowledgement):", "",

@@ -96,17 +96,21 @@ def test_benchmark_script_runs_on_apache_kafka(script: str, args: list[str], exp
 
 @pytest.mark.timeout(300)
 def test_key_conditional_bench_runs_against_jetstream(tmp_path: Path) -> None:
-    """Every system and lane, the one-at-a-time table and the conflict run, whose judge
-    (nothing lost or duplicated, exactly the expected refusals) fails the script."""
+    """Every system and lane, the several-writers and one-at-a-time tables and the conflict
+    run, whose judge (nothing lost or duplicated, exactly the expected refusals) fails the
+    script."""
     if shutil.which("nats-server") is None:
         # .ci/run installs it: in CI a missing peer fails rather than skips
         (pytest.fail if os.environ.get("CI") else pytest.skip)(
             "no nats-server on PATH (Debian package nats-server)")
     require_apache_kafka()
-    run_bench("side_by_side_key_conditional.py",
-              ["--keys", "50", "--records", "200", "--repeat", "1", "--serial-records", "20",
-               "--conflict-keys", "3", "--conflict-attempts", "20"],
-              "| kip emulated, Apache Kafka 1 node | kip produce_arrays |", tmp_path)
+    report = run_bench("side_by_side_key_conditional.py",
+                       ["--keys", "50", "--records", "200", "--repeat", "1", "--serial-records",
+                        "20", "--writers", "2", "--conflict-keys", "3", "--conflict-attempts",
+                        "20"],
+                       "| kip emulated, Apache Kafka 1 node | kip produce_arrays |", tmp_path)
+    # the several-writers table: a false conflict between writers fails the script
+    assert "2 writers at once" in report, report[-2000:]
 
 
 @pytest.mark.timeout(480)
