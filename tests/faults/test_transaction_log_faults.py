@@ -40,12 +40,16 @@ from fault_support import (
     FSYNC,
     INIT_PRODUCER_ID,
     TIMEOUT_S,
+    TOPIC,
     WRITE,
     IdempotentWriter,
     fail,
     fail_os_call,
+    is_commit_marker,
+    log_batches,
     read_partition,
     restart_healthy,
+    start_coordinators,
     watermark_error,
 )
 from integration_support import create_topics, unique
@@ -54,7 +58,7 @@ from raw_client import RawClient
 from kipproducer.broker.storage.log_manager import LogManager
 from kipproducer.broker.transactions import TransactionCoordinator, TxnState
 from kipproducer.protocol import error_codes as ec
-from kipproducer.records import decode_batches, encode_batch
+from kipproducer.records import encode_batch
 
 #: How long a commit or init the broker cannot store is given before the client gives up.
 REFUSED_S = 3
@@ -207,23 +211,7 @@ def test_a_stored_commit_whose_marker_fails_is_completed_by_the_restart(
 
 # -- in this process: the n-th record of the coordinator's log fails its fsync ----------------
 
-TOPIC_PARTITION = ("t", 0)
-
-
-async def _open(data_dir: Path) -> tuple[LogManager, TransactionCoordinator]:
-    logs = LogManager(data_dir)
-    if "t" not in logs.topics():
-        logs.create_topic("t", 1)
-    coordinator = TransactionCoordinator(data_dir / "__transactions",
-                                         allocate_producer_id=logs.allocate_producer_id,
-                                         logs=logs)
-    await coordinator.start()
-    return logs, coordinator
-
-
-async def _close(logs: LogManager, coordinator: TransactionCoordinator) -> None:
-    await coordinator.close()
-    logs.close()
+TOPIC_PARTITION = (TOPIC, 0)
 
 
 async def _one_transaction(coordinator: TransactionCoordinator, logs: LogManager
@@ -246,16 +234,8 @@ async def _one_transaction(coordinator: TransactionCoordinator, logs: LogManager
 
 def _markers(logs: LogManager) -> list[bool]:
     """Whether each control batch of the partition commits (True) or aborts."""
-    log = logs.get_log(*TOPIC_PARTITION)
-    found = []
-    offset = 0
-    while offset < log.log_end_offset:
-        result = log.read(offset, 1 << 20)
-        for batch in decode_batches(result.records, validate=True, strict=False):
-            if batch.is_control:
-                found.append(bytes(next(iter(batch)).key)[3] == 1)
-        offset = result.next_offset
-    return found
+    return [is_commit_marker(batch) for batch in log_batches(logs.get_log(*TOPIC_PARTITION))
+            if batch.is_control]
 
 
 @pytest.mark.parametrize("failing", [1, 2, 3, 4, None],
@@ -266,22 +246,23 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
     async def scenario() -> None:
         tracer = CrashTracer(tmp_path, fail_fsync_at=failing)
         tracer.install(monkeypatch)
-        logs, coordinator = await _open(tmp_path / "data")
-        refused, code = await _one_transaction(coordinator, logs)
+        started = await start_coordinators(tmp_path / "data")
+        refused, code = await _one_transaction(started.transactions, started.logs)
         assert tracer.segment_fsyncs >= (failing or 4)
-        await _close(logs, coordinator)
+        await started.close()
         monkeypatch.undo()
         assert refused == expected[failing]
         assert code == (ec.NONE if refused == "acknowledged" else ec.COORDINATOR_NOT_AVAILABLE)
 
-        logs, coordinator = await _open(tmp_path / "data")  # the disk is healthy again
+        started = await start_coordinators(tmp_path / "data")  # the disk is healthy again
+        coordinator = started.transactions
         init = await coordinator.init_producer_id("tx", 60_000)
         while init.error_code == ec.CONCURRENT_TRANSACTIONS:  # fencing an open transaction
             init = await coordinator.init_producer_id("tx", 60_000)
         assert init.error_code == ec.NONE
         assert coordinator.get("tx").state == TxnState.EMPTY
-        markers = _markers(logs)
-        await _close(logs, coordinator)
+        markers = _markers(started.logs)
+        await started.close()
         # Committed exactly when acknowledged, with one marker (the restart that completes a
         # stored decision writes none twice); an unacknowledged commit is aborted.
         if refused == "acknowledged":
