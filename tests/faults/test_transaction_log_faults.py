@@ -22,8 +22,12 @@ consumers show, for InitProducerId, AddPartitionsToTxn and EndTxn:
   and the restart writes the marker.
 
 The last tests run the coordinator in this process on real logs: one fails the n-th fsync of
-its log, for every state record of one transaction's life in turn (crash_sim's fault); the
-other fails the periodic compaction of its log, writing the compacted copy or swapping it in.
+its log, for every state record of one transaction's life in turn (crash_sim's fault); one
+crashes the OS (crash_sim's model) right after a commit is answered, the data topic keeping
+the default flush policy: the record and its COMMIT marker survive (the coordinator fsyncs
+each partition once its marker is written); the last fails the periodic compaction of its
+log, writing the compacted copy or swapping it in. Every OS-crash state of the coordinator's
+log is in test_coordinator_os_crash.py.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import random
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from crash_sim import CrashTracer
+from crash_sim import CrashTracer, crash_states, materialize
 from fault_support import (
     FSYNC,
     INIT_PRODUCER_ID,
@@ -244,7 +249,8 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
     expected = {1: "init", 2: "add", 3: "end", 4: "acknowledged", None: "acknowledged"}
 
     async def scenario() -> None:
-        tracer = CrashTracer(tmp_path, fail_fsync_at=failing)
+        # (only the coordinator's log: the n-th fsync of its segments fails)
+        tracer = CrashTracer(tmp_path / "data" / "__transactions", fail_fsync_at=failing)
         tracer.install(monkeypatch)
         started = await start_coordinators(tmp_path / "data")
         refused, code = await _one_transaction(started.transactions, started.logs)
@@ -271,6 +277,41 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
             assert markers == [False]
         else:
             assert markers == []
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_an_acknowledged_commit_survives_an_os_crash_under_the_default_flush_policy(
+        tmp_path: Path, monkeypatch) -> None:
+    """The data topic keeps the default flush policy: the marker, and the transaction's
+    record before it, are fsynced before the transaction is stored complete and the commit
+    answered, so an OS crash right after the answer that loses everything unsynced keeps
+    both. (Before, the marker could be lost while the coordinator's log, fsynced, held the
+    transaction complete: nothing wrote it again, the record stayed in an open transaction
+    for good, and a later transaction's abort marker made it read as aborted.)"""
+
+    async def scenario() -> None:
+        tracer = CrashTracer(tmp_path / "live")
+        tracer.install(monkeypatch)
+        started = await start_coordinators(tmp_path / "live")
+        refused, _ = await _one_transaction(started.transactions, started.logs)
+        assert refused == "acknowledged"
+        answered = tracer.operations  # the next crash point is the state at the answer
+        assert (await started.transactions.init_producer_id("other", 60_000)).error_code == 0
+        await started.close()
+        monkeypatch.undo()
+        point = tracer.points[answered]
+        assert point.index == answered
+        variant, files = next(crash_states(point, random.Random(0)))
+        assert variant == "unsynced-lost"
+        materialize(files, tmp_path / "crashed")
+
+        started = await start_coordinators(tmp_path / "crashed")
+        records = [bytes(r.value) for batch in log_batches(started.logs.get_log(*TOPIC_PARTITION))
+                   if not batch.is_control for r in batch]
+        markers = _markers(started.logs)
+        await started.close()
+        assert (records, markers) == ([b"v"], [True])
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
 
