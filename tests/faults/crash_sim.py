@@ -18,7 +18,8 @@ every file's current content and its durable content. The model of the file syst
   zeros; a file rewritten in place (not only appended to) comes back old or new.
 
 ``crash_states(point, rng)`` gives, for one crash point, the variants: everything unsynced
-lost, everything kept, a random prefix per file, random lost pages per file.
+lost, everything kept, a random prefix per file, random lost pages per file;
+``materialized_states(points, seed)`` writes each of them out in turn, for a recovery.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from __future__ import annotations
 import errno
 import os
 import random
-from collections.abc import Iterator
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -196,3 +199,27 @@ def materialize(files: dict[str, bytes], root: Path) -> None:
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+
+
+def materialized_states(points: Iterable[CrashPoint], *, seed: int
+                        ) -> Iterator[tuple[CrashPoint, str, Path]]:
+    """(crash point, its description, a directory holding the state) for every crash state of
+    ``points``, in turn: the caller recovers from the directory before the next is asked
+    for; each is removed after. Prints how many points and states there were."""
+    rng = random.Random(seed)
+    # The recoveries fsync: on a memory file system when there is one, for speed.
+    shm = Path("/dev/shm")
+    scratch = Path(tempfile.mkdtemp(dir=shm if shm.is_dir() else None))
+    points_seen = states = 0
+    try:
+        for point in points:
+            points_seen += 1
+            for variant, files in crash_states(point, rng):
+                states += 1
+                crashed = scratch / str(states)
+                materialize(files, crashed)
+                yield point, f"crash point {point.index}, {variant}", crashed
+                shutil.rmtree(crashed)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"{points_seen} crash points, {states} crash states")

@@ -5,6 +5,8 @@ and remembers each batch's producer id, epoch, sequence and acknowledged offset,
 can resend the last batch after a fault (it must be a duplicate) and knows exactly what was
 acknowledged. ``read_partition`` reads back with librdkafka (check.crcs on), the way a
 consumer does. The ``segment_*`` helpers look at and edit the partition's files.
+``start_coordinators`` runs the broker's storage, group and transaction coordinators in this
+process on a data dir (as the broker starts them), for the tests that fault their files.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import errno
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +23,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from integration_support import unique
 from raw_client import RawClient
 
+from kipproducer.broker.groups import GroupCoordinator
+from kipproducer.broker.storage import PartitionLog
+from kipproducer.broker.storage.log_manager import LogManager
+from kipproducer.broker.transactions import TransactionCoordinator
+from kipproducer.broker.transactions.store import SEGMENT_BYTES
 from kipproducer.protocol import error_codes as ec
-from kipproducer.records import decode_batches, encode_batch, validate_batch
+from kipproducer.records import Batch, decode_batches, encode_batch, validate_batch
 
 INIT_PRODUCER_ID = 22
 TIMEOUT_S = 20.0
@@ -214,3 +221,71 @@ def flip_bit(path: Path, position: int, bit: int = 0) -> None:
     data = bytearray(path.read_bytes())
     data[position] ^= 1 << bit
     path.write_bytes(bytes(data))
+
+
+# -- the coordinators in this process -----------------------------------------------------------
+
+#: A group log compaction every 3 or 4 commits.
+COMPACT_AFTER_BYTES = 300
+
+
+def group_coordinator(data_dir: Path) -> GroupCoordinator:
+    """A group coordinator whose log compacts every few commits (not started)."""
+    return GroupCoordinator(data_dir, min_session_timeout_ms=10,
+                            compact_log_after_bytes=COMPACT_AFTER_BYTES)
+
+
+#: The data topic the in-process transaction tests write to (one partition).
+TOPIC = "t"
+
+
+@dataclass
+class Coordinators:
+    logs: LogManager
+    groups: GroupCoordinator | None
+    transactions: TransactionCoordinator
+
+    async def close(self) -> None:
+        await self.transactions.close()
+        if self.groups is not None:
+            await self.groups.close()
+        self.logs.close()
+
+
+async def start_coordinators(data_dir: Path, *, with_groups: bool = False,
+                             topic_config: dict[str, str] | None = None,
+                             segment_bytes: int = SEGMENT_BYTES) -> Coordinators:
+    """The broker's start on ``data_dir``, in its order: the LogManager (with the topic
+    ``TOPIC``, created with ``topic_config`` when missing), the group coordinator in
+    ``__groups`` (``with_groups``), then the transaction coordinator in ``__transactions``
+    (``segment_bytes``: its log's), which completes every transaction left in a Prepare
+    state before this returns."""
+    logs = LogManager(data_dir)
+    if TOPIC not in logs.topics():
+        logs.create_topic(TOPIC, 1, topic_config)
+    groups = None
+    if with_groups:
+        groups = GroupCoordinator(data_dir / "__groups")
+        await groups.start()
+    transactions = TransactionCoordinator(data_dir / "__transactions", segment_bytes=segment_bytes,
+                                          allocate_producer_id=logs.allocate_producer_id,
+                                          logs=logs, groups=groups)
+    await transactions.start()
+    return Coordinators(logs, groups, transactions)
+
+
+def log_batches(log: PartitionLog) -> Iterator[Batch]:
+    """Every batch of a partition log, from its start to its end, control batches too."""
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        result = log.read(offset, 1 << 20)
+        if not result.records:
+            break
+        yield from decode_batches(result.records, validate=True, strict=False)
+        offset = result.next_offset
+
+
+def is_commit_marker(batch: Batch) -> bool:
+    """Whether a control batch is a COMMIT marker (else an ABORT): the control record's key
+    is (version int16, type int16), type 1 = COMMIT."""
+    return bytes(next(iter(batch)).key)[3] == 1

@@ -33,7 +33,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from fault_support import FSYNC, INIT_PRODUCER_ID, TIMEOUT_S, WRITE, fail, restart_healthy
+from fault_support import (
+    FSYNC,
+    INIT_PRODUCER_ID,
+    TIMEOUT_S,
+    WRITE,
+    fail,
+    group_coordinator,
+    restart_healthy,
+)
 from integration_support import create_topics, unique
 from raw_client import RawClient
 
@@ -42,8 +50,6 @@ from kipproducer.protocol import error_codes as ec
 
 # -- in this process: the n-th file operation of the group log fails ------------------------
 
-#: A compaction every 3 or 4 commits.
-COMPACT_AFTER_BYTES = 300
 #: The errno each operation fails with.
 FAILURES = {"write": errno.EIO, "fsync": errno.EIO, "open": errno.EMFILE,
             "replace": errno.EIO, "unlink": errno.EIO}
@@ -119,11 +125,6 @@ class Acknowledged:
     raised: list[str] = field(default_factory=list)
 
 
-def coordinator(data_dir: Path) -> GroupCoordinator:
-    return GroupCoordinator(data_dir, min_session_timeout_ms=10,
-                            compact_log_after_bytes=COMPACT_AFTER_BYTES)
-
-
 async def _commit(groups: GroupCoordinator, acked: Acknowledged, generation: int, member: str,
                   i: int) -> None:
     tp = ("t", i % 3)
@@ -139,7 +140,7 @@ async def _commit(groups: GroupCoordinator, acked: Acknowledged, generation: int
 async def _life(data_dir: Path, acked: Acknowledged) -> dict[tuple[str, int], tuple[int, str]]:
     """Commits from outside the group, a transaction's offsets, a member joining, commits of
     its generation, a clean stop: what OffsetFetch answered just before the stop."""
-    groups = coordinator(data_dir)
+    groups = group_coordinator(data_dir)
     try:
         await groups.start()
     except OSError as exc:
@@ -206,7 +207,7 @@ def test_each_group_log_operation_failing_in_turn(tmp_path: Path, monkeypatch, c
         monkeypatch.undo()
         assert ops.failed, "the injected failure never happened"
 
-        again = coordinator(data_dir)  # the disk is healthy again
+        again = group_coordinator(data_dir)  # the disk is healthy again
         await again.start()
         restored = {tp: (o.offset, o.metadata) for tp, o in again.fetch_offsets("g").items()}
         description = again.describe_group("g")

@@ -18,14 +18,11 @@ Small segments make the workload roll often, so crash points fall inside rolls t
 
 from __future__ import annotations
 
-import random
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from crash_sim import CrashPoint, CrashTracer, crash_states, materialize
+from crash_sim import CrashPoint, CrashTracer, materialized_states
 
 from kipproducer.broker.storage import LogConfig, LogOfflineError, PartitionLog
 from kipproducer.records import decode_batches, encode_batch
@@ -61,28 +58,13 @@ def _traced(root: Path, config: LogConfig, monkeypatch,
 def _recovered_states(tracer: CrashTracer, config: LogConfig, *, seed: int
                       ) -> Iterator[tuple[CrashPoint, str, PartitionLog]]:
     """(crash point, its description, the log recovered from it) for each crash state; the
-    log is opened (recovered) here, checked by the caller, closed and removed here. Opening
-    never makes a partition offline."""
-    rng = random.Random(seed)
-    # The recoveries fsync: on a memory file system when there is one, for speed.
-    shm = Path("/dev/shm")
-    scratch = Path(tempfile.mkdtemp(dir=shm if shm.is_dir() else None))
-    states = 0
-    try:
-        for point in tracer.points:
-            for variant, files in crash_states(point, rng):
-                states += 1
-                where = f"crash point {point.index}, {variant}"
-                crashed = scratch / str(states)
-                materialize(files, crashed)
-                recovered = PartitionLog(crashed / "t-0", config)
-                assert not recovered.offline, where
-                yield point, where, recovered
-                recovered.close()
-                shutil.rmtree(crashed)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    print(f"{len(tracer.points)} crash points, {states} crash states")
+    log is opened (recovered) here, checked by the caller, closed here. Opening never makes a
+    partition offline."""
+    for point, where, crashed in materialized_states(tracer.points, seed=seed):
+        recovered = PartitionLog(crashed / "t-0", config)
+        assert not recovered.offline, where
+        yield point, where, recovered
+        recovered.close()
 
 
 def _recover_every_state(tracer: CrashTracer, config: LogConfig,

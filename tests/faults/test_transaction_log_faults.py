@@ -22,8 +22,12 @@ consumers show, for InitProducerId, AddPartitionsToTxn and EndTxn:
   and the restart writes the marker.
 
 The last tests run the coordinator in this process on real logs: one fails the n-th fsync of
-its log, for every state record of one transaction's life in turn (crash_sim's fault); the
-other fails the periodic compaction of its log, writing the compacted copy or swapping it in.
+its log, for every state record of one transaction's life in turn (crash_sim's fault); one
+crashes the OS (crash_sim's model) right after a commit is answered, the data topic keeping
+the default flush policy: the record and its COMMIT marker survive (the coordinator fsyncs
+each partition once its marker is written); the last fails the periodic compaction of its
+log, writing the compacted copy or swapping it in. Every OS-crash state of the coordinator's
+log is in test_coordinator_os_crash.py.
 """
 
 from __future__ import annotations
@@ -31,21 +35,26 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import random
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from crash_sim import CrashTracer
+from crash_sim import CrashTracer, crash_states, materialize
 from fault_support import (
     FSYNC,
     INIT_PRODUCER_ID,
     TIMEOUT_S,
+    TOPIC,
     WRITE,
     IdempotentWriter,
     fail,
     fail_os_call,
+    is_commit_marker,
+    log_batches,
     read_partition,
     restart_healthy,
+    start_coordinators,
     watermark_error,
 )
 from integration_support import create_topics, unique
@@ -54,7 +63,7 @@ from raw_client import RawClient
 from kipproducer.broker.storage.log_manager import LogManager
 from kipproducer.broker.transactions import TransactionCoordinator, TxnState
 from kipproducer.protocol import error_codes as ec
-from kipproducer.records import decode_batches, encode_batch
+from kipproducer.records import encode_batch
 
 #: How long a commit or init the broker cannot store is given before the client gives up.
 REFUSED_S = 3
@@ -207,23 +216,7 @@ def test_a_stored_commit_whose_marker_fails_is_completed_by_the_restart(
 
 # -- in this process: the n-th record of the coordinator's log fails its fsync ----------------
 
-TOPIC_PARTITION = ("t", 0)
-
-
-async def _open(data_dir: Path) -> tuple[LogManager, TransactionCoordinator]:
-    logs = LogManager(data_dir)
-    if "t" not in logs.topics():
-        logs.create_topic("t", 1)
-    coordinator = TransactionCoordinator(data_dir / "__transactions",
-                                         allocate_producer_id=logs.allocate_producer_id,
-                                         logs=logs)
-    await coordinator.start()
-    return logs, coordinator
-
-
-async def _close(logs: LogManager, coordinator: TransactionCoordinator) -> None:
-    await coordinator.close()
-    logs.close()
+TOPIC_PARTITION = (TOPIC, 0)
 
 
 async def _one_transaction(coordinator: TransactionCoordinator, logs: LogManager
@@ -246,16 +239,8 @@ async def _one_transaction(coordinator: TransactionCoordinator, logs: LogManager
 
 def _markers(logs: LogManager) -> list[bool]:
     """Whether each control batch of the partition commits (True) or aborts."""
-    log = logs.get_log(*TOPIC_PARTITION)
-    found = []
-    offset = 0
-    while offset < log.log_end_offset:
-        result = log.read(offset, 1 << 20)
-        for batch in decode_batches(result.records, validate=True, strict=False):
-            if batch.is_control:
-                found.append(bytes(next(iter(batch)).key)[3] == 1)
-        offset = result.next_offset
-    return found
+    return [is_commit_marker(batch) for batch in log_batches(logs.get_log(*TOPIC_PARTITION))
+            if batch.is_control]
 
 
 @pytest.mark.parametrize("failing", [1, 2, 3, 4, None],
@@ -264,24 +249,26 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
     expected = {1: "init", 2: "add", 3: "end", 4: "acknowledged", None: "acknowledged"}
 
     async def scenario() -> None:
-        tracer = CrashTracer(tmp_path, fail_fsync_at=failing)
+        # (only the coordinator's log: the n-th fsync of its segments fails)
+        tracer = CrashTracer(tmp_path / "data" / "__transactions", fail_fsync_at=failing)
         tracer.install(monkeypatch)
-        logs, coordinator = await _open(tmp_path / "data")
-        refused, code = await _one_transaction(coordinator, logs)
+        started = await start_coordinators(tmp_path / "data")
+        refused, code = await _one_transaction(started.transactions, started.logs)
         assert tracer.segment_fsyncs >= (failing or 4)
-        await _close(logs, coordinator)
+        await started.close()
         monkeypatch.undo()
         assert refused == expected[failing]
         assert code == (ec.NONE if refused == "acknowledged" else ec.COORDINATOR_NOT_AVAILABLE)
 
-        logs, coordinator = await _open(tmp_path / "data")  # the disk is healthy again
+        started = await start_coordinators(tmp_path / "data")  # the disk is healthy again
+        coordinator = started.transactions
         init = await coordinator.init_producer_id("tx", 60_000)
         while init.error_code == ec.CONCURRENT_TRANSACTIONS:  # fencing an open transaction
             init = await coordinator.init_producer_id("tx", 60_000)
         assert init.error_code == ec.NONE
         assert coordinator.get("tx").state == TxnState.EMPTY
-        markers = _markers(logs)
-        await _close(logs, coordinator)
+        markers = _markers(started.logs)
+        await started.close()
         # Committed exactly when acknowledged, with one marker (the restart that completes a
         # stored decision writes none twice); an unacknowledged commit is aborted.
         if refused == "acknowledged":
@@ -290,6 +277,41 @@ def test_each_state_record_failing_in_turn(tmp_path: Path, monkeypatch, failing)
             assert markers == [False]
         else:
             assert markers == []
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_an_acknowledged_commit_survives_an_os_crash_under_the_default_flush_policy(
+        tmp_path: Path, monkeypatch) -> None:
+    """The data topic keeps the default flush policy: the marker, and the transaction's
+    record before it, are fsynced before the transaction is stored complete and the commit
+    answered, so an OS crash right after the answer that loses everything unsynced keeps
+    both. (Before, the marker could be lost while the coordinator's log, fsynced, held the
+    transaction complete: nothing wrote it again, the record stayed in an open transaction
+    for good, and a later transaction's abort marker made it read as aborted.)"""
+
+    async def scenario() -> None:
+        tracer = CrashTracer(tmp_path / "live")
+        tracer.install(monkeypatch)
+        started = await start_coordinators(tmp_path / "live")
+        refused, _ = await _one_transaction(started.transactions, started.logs)
+        assert refused == "acknowledged"
+        answered = tracer.operations  # the next crash point is the state at the answer
+        assert (await started.transactions.init_producer_id("other", 60_000)).error_code == 0
+        await started.close()
+        monkeypatch.undo()
+        point = tracer.points[answered]
+        assert point.index == answered
+        variant, files = next(crash_states(point, random.Random(0)))
+        assert variant == "unsynced-lost"
+        materialize(files, tmp_path / "crashed")
+
+        started = await start_coordinators(tmp_path / "crashed")
+        records = [bytes(r.value) for batch in log_batches(started.logs.get_log(*TOPIC_PARTITION))
+                   if not batch.is_control for r in batch]
+        markers = _markers(started.logs)
+        await started.close()
+        assert (records, markers) == ([b"v"], [True])
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
 

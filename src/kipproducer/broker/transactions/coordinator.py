@@ -16,11 +16,14 @@ decision (PrepareCommit / PrepareAbort) is stored first; then a marker goes to e
 of the transaction (``PartitionLog.append_marker``) and every group added with AddOffsetsToTxn
 completes its pending offsets (``GroupCoordinator.complete_transaction``); then CompleteCommit
 / CompleteAbort is stored. One node writes its own markers, so all of that happens before the
-client's EndTxn is answered. While it runs the transaction is in a Prepare state and every
-request for it gets CONCURRENT_TRANSACTIONS, which is also what keeps a producer's next data
-from landing between its markers. A completion that fails half-way (a storage error) stays in
-its Prepare state and the timer retries it; a restart completes every stored Prepare state
-before the broker listens (markers already written are not written twice: ``only_if_ongoing``).
+client's EndTxn is answered. Whatever the partitions' flush policy, every marker is fsynced
+(with the transaction's records before it) before the Complete state is stored: an OS crash
+never keeps a completed transaction without its markers, which nothing would write again.
+While it runs the transaction is in a Prepare state and every request for it gets
+CONCURRENT_TRANSACTIONS, which is also what keeps a producer's next data from landing between
+its markers. A completion that fails half-way (a storage error) stays in its Prepare state
+and the timer retries it; a restart completes every stored Prepare state before the broker
+listens (markers already written are not written twice: ``only_if_ongoing``).
 
 The timer (``start``/``close``) aborts transactions Ongoing for longer than their timeout,
 with an epoch bump that fences the producer (Kafka's abortTimedOutTransactions), every
@@ -429,6 +432,12 @@ class TransactionCoordinator:
                     prepared.producer_id, prepared.producer_epoch, commit=commit,
                     coordinator_epoch=prepared.coordinator_epoch,
                     only_if_ongoing=only_if_ongoing)
+                # Durable, with the transaction's records before it, before the Complete state
+                # is stored: else an OS crash could keep the records without their marker while
+                # this log holds the transaction complete, and nothing would write it again
+                # (the partition's transaction hangs, an acknowledged commit reads as aborted).
+                # Nothing to fsync with flush.messages=1.
+                partition_log.flush()
             except UnknownTopicError:
                 # Deleted since it was added: nothing left to mark (Kafka drops it too).
                 continue
