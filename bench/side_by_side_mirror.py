@@ -14,16 +14,16 @@ acknowledged (committed, in the transactional mode):
   path: the source read with Fetch, whole record batches forwarded);
 - kip mirror transactional: Mirror(mode="transactional", group=...).run(once=True).
 
-With ``--broker kafka1`` the source and the target are two 1-node Apache Kafka clusters
-(issue 43) and MirrorMaker 2 with exactly-once is a lane beside kip mirror's two modes (the
-preserve mode writing through the emulated KIP-391 of a stock target); the second source is
-then a topic compacted by Kafka's own cleaner (bench/mirror_on_kafka.py). Every copy is checked
-there, on either broker: the target read with read_committed holds the source's records once
-each, in order (and at the same offsets, for preserve).
+With ``--broker kafka1`` (or ``kafka3``) the source and the target are two Apache Kafka
+clusters of 1 (3) nodes (issue 43) and MirrorMaker 2 with exactly-once is a lane beside kip
+mirror's two modes (the preserve mode writing through the emulated KIP-391 of a stock target);
+the second source is then a topic compacted by Kafka's own cleaner (bench/mirror_on_kafka.py).
+Every copy is checked there, on either broker: the target read with read_committed holds the
+source's records once each, in order (and at the same offsets, for preserve).
 
-Usage: python bench/side_by_side_mirror.py [--records N] [--repeat R] [--broker kip|kafka1]
-[--write bench/RESULTS.md] (after the README's install; with a checkout built in place, its
-src/ is used).
+Usage: python bench/side_by_side_mirror.py [--records N] [--repeat R]
+[--broker kip|kafka1|kafka3] [--shapes dense,compacted] [--write bench/RESULTS.md] (after the
+README's install; with a checkout built in place, its src/ is used).
 """
 
 from __future__ import annotations
@@ -236,13 +236,11 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
-    # kafka3 is left out for now: on 3 nodes the compacted source read back 1 record of 1,000
-    # in one partition after Kafka's cleaner ran (cause not found yet; issue 43)
-    ap.add_argument("--broker", choices=["kip", "kafka1"], default="kip",
-                    help="two `kip broker`s (default), or two 1-node Apache Kafka clusters "
-                         "(kafka1; then MirrorMaker 2 is a lane too)")
+    ap.add_argument("--broker", choices=["kip", "kafka1", "kafka3"], default="kip",
+                    help="two `kip broker`s (default), or two Apache Kafka clusters of 1 or 3 "
+                         "nodes (kafka1, kafka3; then MirrorMaker 2 is a lane too)")
     ap.add_argument("--shapes", default="dense,compacted",
-                    help="with --broker kafka1: the source shapes copied, comma-separated "
+                    help="on Apache Kafka: the source shapes copied, comma-separated "
                          "(dense, compacted; default both)")
     ap.add_argument("--write", metavar="PATH")
     ap.add_argument("--one", nargs=6, help=argparse.SUPPRESS)
