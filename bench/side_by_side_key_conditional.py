@@ -1,5 +1,6 @@
 """Side-by-side per-key conditional appends (issue 44): kipproducer's ``expected_key_offset=``,
-native on `kip broker` and emulated on Apache Kafka (1 node), against NATS JetStream's
+native on `kip broker` and emulated on Apache Kafka (1 node; 3 nodes with ``--systems``
+naming kafka3), against NATS JetStream's
 per-subject expected last sequence (the ``Nats-Expected-Last-Subject-Sequence`` header), the
 same contract: "append this event to aggregate K only if K's last event is still at N".
 
@@ -53,7 +54,7 @@ rounds.
 
     python bench/side_by_side_key_conditional.py [--keys N] [--records N] [--repeat R]
         [--serial-records N] [--writers N] [--conflict-keys N] [--conflict-attempts N]
-        [--systems kip,kafka1,nats] [--nats-server PATH] [--write bench/RESULTS.md]
+        [--systems kip,kafka1,kafka3,nats] [--nats-server PATH] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -86,15 +87,19 @@ HEADING = "## Per-key conditional appends against NATS JetStream (issue 44)"
 VALUE_SIZE = 100
 SYSTEMS = {"kip": "kip native, `kip broker`",
            "kafka1": "kip emulated, Apache Kafka 1 node",
+           "kafka3": "kip emulated, Apache Kafka 3 nodes",
            "nats": "NATS JetStream"}
 LANES = {"kip": ["kip produce()", "kip produce_batch", "kip produce_arrays per-record",
                  "kip produce_arrays"],
          "kafka1": ["kip produce_batch", "kip produce_arrays per-record", "kip produce_arrays"],
+         "kafka3": ["kip produce_batch", "kip produce_arrays per-record", "kip produce_arrays"],
          "nats": ["nats publish_async"]}
 # the several-writers table: each system's lane with a report per event
 WRITERS_LANE = {"kip": "kip produce_arrays per-record",
-                "kafka1": "kip produce_arrays per-record", "nats": "nats publish_async"}
+                "kafka1": "kip produce_arrays per-record",
+                "kafka3": "kip produce_arrays per-record", "nats": "nats publish_async"}
 SERIAL_LANE = {"kip": "kip produce() + flush()", "kafka1": "kip produce() + flush()",
+               "kafka3": "kip produce() + flush()",
                "nats": "nats await js.publish()"}
 PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
 # kip: a topic that keeps every key's last record (emulation refuses one whose retention can
@@ -577,7 +582,7 @@ class Bench:
         self.address: dict[str, str] = {}
         self.pids: dict[str, list[int]] = {}
         self.words: dict[str, str] = {}
-        self.replication = 1
+        self.replication: dict[str, int] = {}
         self._stops: list = []
         self.where = ""
         try:
@@ -593,6 +598,7 @@ class Bench:
                     self._stops.append(broker.stop)
                     self.address[system], self.pids[system] = broker.bootstrap, broker.pids
                     self.words[system] = broker.words
+                    self.replication[system] = broker.replication
                     self.where = broker.data_where
         except BaseException:
             self.stop()
@@ -617,7 +623,7 @@ def run_lane(bench: Bench, system: str, lane: str, name: str, keys: int, rounds:
     """One lane's run on a fresh topic / stream, removed afterwards."""
     address, pids = bench.address[system], bench.pids[system]
     if system != "nats":
-        kip_topic(address, name, bench.replication)
+        kip_topic(address, name, bench.replication[system])
     try:
         return spawn("--one", lane, "--system", system, "--address", address, "--name", name,
                      "--keys", str(keys), "--rounds", str(rounds), "--serial", str(serial),
@@ -641,11 +647,11 @@ def run_writers(bench: Bench, system: str, lane: str, name: str, keys: int, roun
     address, pids = bench.address[system], bench.pids[system]
     # the emulation keeps one fenced writer per partition: a partition per writer there;
     # natively the writers share the one partition, as JetStream's share the stream
-    partitions = writers if system == "kafka1" else 1
+    partitions = writers if system.startswith("kafka") else 1
     if system == "nats":
         asyncio.run(_nats_admin(address, "add", name))
     else:
-        kip_topic(address, name, bench.replication, partitions)
+        kip_topic(address, name, bench.replication[system], partitions)
     gate = tempfile.mkdtemp(prefix="kip-bench-writers-")
     procs: list[subprocess.Popen] = []
     try:
@@ -701,7 +707,7 @@ def run_conflict(bench: Bench, system: str, name: str, keys: int, attempts: int)
     if system == "nats":
         asyncio.run(_nats_admin(address, "add", name))
     else:
-        kip_topic(address, name, bench.replication)
+        kip_topic(address, name, bench.replication[system])
     ready_dir = tempfile.mkdtemp(prefix="kip-bench-race-")
     procs: list[subprocess.Popen] = []
     try:
@@ -924,7 +930,7 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
     if "nats" in systems:
         lines.append("")
         nats_runs = results[("nats", LANES["nats"][0])]
-        for system, target in (("kip", 2.0), ("kafka1", 1.0)):
+        for system, target in (("kip", 2.0), ("kafka1", 1.0), ("kafka3", 1.0)):
             if system in best:
                 # within each round (its lanes ran one after another): the system's best lane
                 # over publish_async, so drift across rounds cancels out
