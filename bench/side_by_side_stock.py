@@ -48,6 +48,7 @@ from bench_support import (
     create_topics,
     start_broker,
     start_kip_broker,
+    start_kip_broker_with,
     versions,
 )
 from side_by_side_copy import workload
@@ -86,26 +87,13 @@ def create_partitioned(bootstrap: str, topic: str, partitions: int,
     admin.create_topics([NewTopic(topic, partitions, replication)])[topic].result(30)
 
 
-def start_standin(data_dir: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "kipproducer", "broker", "--listen", "127.0.0.1:0",
-         "--data-dir", data_dir, "--log-level", "warning",
-         "--config", "kip.extensions.enable=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env(), text=True)
-    line = proc.stdout.readline().strip()
-    if not line.startswith("listening on "):
-        proc.kill()
-        raise RuntimeError(f"broker did not start: {line!r}")
-    return proc, line.removeprefix("listening on ")
-
-
 def start_stock(choice: str) -> BenchBroker:
     """The broker of the emulated lanes: the stand-in, or an Apache Kafka cluster."""
     if choice != "standin":
         return start_broker(choice, "kip-bench-stock-")
     data, where = broker_data_dir("kip-bench-stock-")
     try:
-        proc, bootstrap = start_standin(data)
+        proc, listeners = start_kip_broker_with(data, {"kip.extensions.enable": "false"})
     except BaseException:
         shutil.rmtree(data, ignore_errors=True)
         raise
@@ -115,7 +103,7 @@ def start_stock(choice: str) -> BenchBroker:
         proc.wait()
         shutil.rmtree(data, ignore_errors=True)
 
-    return BenchBroker(choice, {"PLAINTEXT": bootstrap}, [proc.pid], stop,
+    return BenchBroker(choice, listeners, [proc.pid], stop,
                        "the stand-in (`kip broker --config kip.extensions.enable=false`)",
                        where)
 
