@@ -1,5 +1,6 @@
 """Side-by-side: an offset-preserving copy through kipproducer's produce_arrays(offsets=...)
-(KIP-391) against confluent-kafka's plain produce() of the same records, to one `kip broker`.
+(KIP-391) against confluent-kafka's plain produce() of the same records, to one `kip broker`
+(or Apache Kafka, ``--broker``).
 
 The records are what a copy of a compacted or transactional topic carries: N records with
 12-byte keys and 100-byte values whose offsets have random gaps (by default none, 0.1%, 0.3%
@@ -22,8 +23,18 @@ per-record ``on_delivery`` and kip a per-batch report; ``off`` calls both withou
 (the topic's high watermark is checked after every run); ``both`` runs each contender both
 ways in every round, interleaved.
 
+``--broker`` picks the broker the bench starts: ``kip`` (`kip broker`, the default: KIP-391 is
+native there), or Apache Kafka with 1 or 3 KRaft nodes (``kafka1``, ``kafka3``; the jars the
+tests cache, tests/apache_kafka; issue 43). Apache Kafka has no KIP-391, so there the kip
+lanes' offsets go through the emulation (``kip.mode`` auto picks it: every gap a transaction,
+docs/stock-clusters.md; each run checks ``Producer.kip_mode(topic)`` says which), and the
+check reads the target with read_committed (the holes hold aborted fillers). On 3 nodes the
+topics have replication factor 3 (min.insync.replicas 2); acks=all throughout. The report's
+heading names the broker, so ``--write`` keeps one section per broker.
+
     python bench/side_by_side_copy.py [--records N] [--repeat R]
-        [--gap-rate F[:M][,F[:M]...]] [--callbacks on|off|both] [--write bench/RESULTS.md]
+        [--gap-rate F[:M][,F[:M]...]] [--callbacks on|off|both] [--broker kip|kafka1|kafka3]
+        [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -31,14 +42,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
 
 from bench_support import (
+    BROKERS,
     Deliveries,
-    broker_cpu,
+    brokers_cpu,
     child_env,
     create_topics,
     delete_topics,
@@ -88,9 +101,20 @@ def workload(n: int, gap: str):
     return keys, values, offsets
 
 
+def kafka_heading(nodes: int, callbacks: str) -> str:
+    """The report's heading on Apache Kafka: one section per node count (and per
+    --callbacks, as on `kip broker`), beside the `kip broker` ones."""
+    way = "" if callbacks == "on" else " with and without callbacks"
+    return (f"## Offset-preserving copy{way} on Apache Kafka, {nodes} "
+            f"node{'s' if nodes > 1 else ''} (issue 43)")
+
+
 def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: str,
-            callbacks: bool = True) -> dict:
-    """In a child process: send the n records the way ``name`` does; rate, CPU, RSS."""
+            callbacks: bool = True, emulation_id: str = "") -> dict:
+    """In a child process: send the n records the way ``name`` does; rate, CPU, RSS, and
+    for the offset copy how ``kip.mode`` reaches the topic (``Producer.kip_mode``).
+    ``emulation_id``: the ``kip.emulation.transactional.id`` the emulated offsets need (a
+    stock broker); empty on `kip broker`."""
     import numpy as np
     from confluent_kafka import Producer as CkProducer
 
@@ -103,8 +127,12 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: str,
     on_record = counts.on_record if callbacks else None
     on_batch = counts.on_batch if callbacks else None
 
+    if name != CONFLUENT and emulation_id:
+        config["kip.emulation.transactional.id"] = emulation_id
     producer = CkProducer(config) if name == CONFLUENT else Producer(config)
     producer.list_topics(topic, timeout=10)
+    # native on `kip broker`, emulated on Apache Kafka; the probe runs here, untimed
+    kip_mode = producer.kip_mode(topic) if name == KIP else ""
     # Warm-up, untimed: one record to another topic, so both have their connection, metadata
     # and producer id before the timer starts (kipproducer's engine starts at its first send).
     warm = f"{topic}-warm-up"
@@ -149,20 +177,22 @@ def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: str,
         counts.check(name, n, left)
     elif left:
         raise RuntimeError(f"{name}: {left} records left after flush()")
-    return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib()}
+    return {"seconds": elapsed, "cpu": cpu, "rss_mib": peak_rss_mib(), "kip_mode": kip_mode}
 
 
 # ---- checking the copy -------------------------------------------------------------------------
 
 
 def verify_copy(bootstrap: str, topic: str, n: int, gap_rate: str, samples: int = 60) -> str:
-    """Watermarks = (first offset, last offset + 1); sampled records and holes read back."""
+    """Watermarks = (first offset, last offset + 1); sampled records and holes read back
+    (read_committed: on a stock broker the emulation fills holes with aborted records)."""
     import numpy as np
     from confluent_kafka import Consumer, TopicPartition
 
     keys, values, offsets = workload(n, gap_rate)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"verify-{topic}",
-                         "enable.auto.commit": False, "check.crcs": True})
+                         "enable.auto.commit": False, "check.crcs": True,
+                         "isolation.level": "read_committed"})
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10,
                                                    cached=False)
@@ -215,8 +245,12 @@ def main(argv=None) -> None:
                          "each contender both ways in every round (both)")
     ap.add_argument("--no-callbacks", dest="callbacks", action="store_const", const="off",
                     help="the same as --callbacks off")
+    ap.add_argument("--broker", choices=list(BROKERS), default="kip",
+                    help="kip broker (default; KIP-391 native), or Apache Kafka with 1 or 3 "
+                         "KRaft nodes (kafka1, kafka3; the offsets emulated)")
     ap.add_argument("--write", metavar="PATH")
     ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--emulation-id", default="", help=argparse.SUPPRESS)
     ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     ap.add_argument("--topic", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -226,7 +260,7 @@ def main(argv=None) -> None:
         gap_model(spec)  # a bad model fails here, before any run
     if args.one:
         print(json.dumps(run_one(args.one, args.bootstrap, n, args.topic, rates[0],
-                                 args.callbacks != "off")))
+                                 args.callbacks != "off", args.emulation_id)))
         return
 
     import numpy as np
@@ -237,8 +271,13 @@ def main(argv=None) -> None:
     lanes = [(CONFLUENT, rates[0]), *[(KIP, rate) for rate in rates], (KIP_ASSIGNED, rates[0])]
     jobs = [(name, rate, mode) for name, rate in lanes for mode in modes]
     load0, loadavg0 = os.getloadavg()[0], load_average()
-    broker = start_broker("kip", "kip-bench-copy-")
-    bootstrap, data_where, (broker_pid,) = broker.bootstrap, broker.data_where, broker.pids
+    nodes = BROKERS[args.broker]
+    want_mode = "emulated" if nodes else "native"
+    # A bench stopped with SIGTERM still stops its broker (the finally clause below), rather
+    # than leaving an Apache Kafka cluster's JVMs running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    broker = start_broker(args.broker, "kip-bench-copy-")
+    bootstrap, data_where, pids = broker.bootstrap, broker.data_where, broker.pids
     results: dict[tuple[str, str, bool], list[dict]] = {job: [] for job in jobs}
     checked: dict[str, str] = {}
     t_run = time.perf_counter()
@@ -246,17 +285,23 @@ def main(argv=None) -> None:
         for rnd in range(args.repeat):
             for number, (name, rate, mode) in enumerate(jobs):  # alternating: drift hits all
                 topic = f"copy-{number}-{rnd}"
-                create_topics(bootstrap, topic, f"{topic}-warm-up")
-                cpu0 = broker_cpu(broker_pid)
+                create_topics(bootstrap, topic, f"{topic}-warm-up",
+                              replication=broker.replication)
+                cpu0 = brokers_cpu(pids)
                 out = subprocess.run(
                     [sys.executable, __file__, "--one", name, "--bootstrap", bootstrap,
                      "--topic", topic, "--records", str(n), "--gap-rate", rate,
-                     "--callbacks", "on" if mode else "off"],
+                     "--callbacks", "on" if mode else "off",
+                     "--emulation-id", f"bench-copy-{topic}" if nodes else ""],
                     capture_output=True, text=True, env=child_env(), timeout=900)
                 if out.returncode != 0:
                     raise RuntimeError(f"{name} failed:\n{out.stderr[-3000:]}")
                 result = json.loads(out.stdout.strip().splitlines()[-1])
-                result["broker_cpu"] = broker_cpu(broker_pid) - cpu0
+                result["broker_cpu"] = brokers_cpu(pids) - cpu0
+                if name == KIP and result["kip_mode"] != want_mode:
+                    raise RuntimeError(f"{name}: Producer.kip_mode() says "
+                                       f"{result['kip_mode']!r} on {args.broker}, want "
+                                       f"{want_mode!r}")
                 results[(name, rate, mode)].append(result)
                 line = (f"{name:30s} {'cb' if mode else 'no cb'} "
                         f"{n / result['seconds'] / 1e6:6.3f} M rec/s "
@@ -294,7 +339,8 @@ def main(argv=None) -> None:
                 f"consecutive offsets, {n / (gaps + 1):.1f} records per run)")
 
     issue30 = args.callbacks != "on"
-    heading = ISSUE30_HEADING if issue30 else HEADING
+    heading = (kafka_heading(nodes, args.callbacks) if nodes
+               else ISSUE30_HEADING if issue30 else HEADING)
     callback_words = {
         "on": "confluent gets a per-record on_delivery, kip a per-batch report. ",
         "off": "No delivery callbacks on either side (the topic's high watermark is checked "
@@ -304,30 +350,44 @@ def main(argv=None) -> None:
                 "per run of offsets) and without any (the topic's high watermark is checked "
                 "after every run). "}[args.callbacks]
     flags = f" --callbacks {args.callbacks}" if issue30 else ""
+    if nodes:
+        flags += f" --broker {args.broker}"
+    if nodes:
+        wire_words = (
+            "Apache Kafka has no KIP-391: the offset copy runs emulated (`kip.mode` auto; "
+            f"every run's `Producer.kip_mode(topic)` said {want_mode!r}): runs of consecutive "
+            "offsets go out through the bulk lane and each gap costs a transaction of aborted "
+            "fillers (an empty aborted one for a gap of one offset; docs/stock-clusters.md), "
+            "with a `kip.emulation.transactional.id` per run; the check reads with "
+            "read_committed. ")
+    else:
+        wire_words = (
+            "Every run of consecutive offsets is its own batch (KIP-WIRE: offset deltas "
+            "0..n-1); the broker advertises KIP-WIRE version 2, so the engine sends a "
+            "partition's waiting batches as one unit of up to 1 MiB per request, and the gap "
+            "rate sets the batch count, not the request count. ")
     lines = [
         heading, "",
         f"Command: `python bench/side_by_side_copy.py --records {n} --repeat "
         f"{args.repeat} --gap-rate {','.join(rates)}{flags}` (median of "
         f"{args.repeat} alternating runs, one process per run; whole run {took:.0f} s).",
-        f"Machine: {machine()}; client and `kip broker` share it, on loopback; the broker's "
-        f"data dir {data_where}; 1-minute load "
+        f"Machine: {machine()}; client and {broker.words} share it, on loopback; the "
+        f"broker's data dir {data_where}; 1-minute load "
         f"average {load0:.2f} before and {load1:.2f} after"
         + (f" (/proc/loadavg before: {loadavg0}; after: {loadavg1})" if issue30 else "") + ".",
         f"Versions: {versions()}.",
         f"Workload: {n:,} records, {KEY_SIZE}-byte keys, {VALUE_SIZE}-byte values (random, the "
         "same for all), 1 partition. The offset copy's gap models: "
-        + "; ".join(described(r) for r in rates) + ". Every run of consecutive offsets is "
-        "its own batch (KIP-WIRE: offset deltas 0..n-1); the broker advertises KIP-WIRE "
-        "version 2, so the engine sends a partition's waiting batches as one unit of up to "
-        "1 MiB per request, and the gap rate sets the batch count, not the request count. "
-        "acks=all, enable.idempotence=true, linger.ms=5 for all, each run to its own fresh "
+        + "; ".join(described(r) for r in rates) + ". " + wire_words
+        + "acks=all, enable.idempotence=true, linger.ms=5 for all, each run to its own fresh "
         "topic on the same broker. " + callback_words + "Each contender first delivers one "
         "record to a warm-up "
         "topic (connection, metadata, producer id), then is timed from the first call to "
         "flush() returning with every delivery report in; kip calls produce_arrays with numpy "
         f"object columns, {CHUNK:,} records per call. `kip produce_arrays` without offsets is "
         "a reference: the same engine with broker-assigned offsets. CPU is the contender's "
-        "process (all threads), broker CPU the broker process's over the run; peak RSS the "
+        "process (all threads), broker CPU the broker processes' (every node's) over the run; "
+        "peak RSS the "
         "contender's VmHWM. After each run (and its check) its topics are deleted, so every "
         "run starts from the same memory (bench_support.delete_topics).",
         "Checked after every offset-copy run: " + "; ".join(
@@ -338,7 +398,8 @@ def main(argv=None) -> None:
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, rate, mode, speed, cpu, bcpu, rss in rows:
-        kept = f"kept, gaps {rate} (KIP-391)" if name == KIP else "assigned by the broker"
+        kept = (f"kept, gaps {rate} (KIP-391{', emulated' if nodes else ''})" if name == KIP
+                else "assigned by the broker")
         lines.append(f"| {name} | {kept} | {'yes' if mode else 'no'} | {speed / 1e6:.2f} M | "
                      f"{speed * (KEY_SIZE + VALUE_SIZE) / 1e6:.0f} | {cpu:.2f} | {bcpu:.2f} | "
                      f"{rss:.0f} MiB | {speed / base[mode]:.2f}x |")
@@ -353,8 +414,10 @@ def main(argv=None) -> None:
             median = statistics.median(per_round)
             verdicts.append(
                 f"gaps {rate}, {'with' if mode else 'without'} callbacks: "
-                + ", ".join(f"{r:.2f}x" for r in per_round) + f" (median {median:.2f}x, "
-                f"target {TARGET:g}x {'met' if median >= TARGET else 'NOT met'})")
+                + ", ".join(f"{r:.2f}x" for r in per_round) + f" (median {median:.2f}x"
+                # issue 5's target is for the native copy; the emulation has none
+                + ("" if nodes else
+                   f", target {TARGET:g}x {'met' if median >= TARGET else 'NOT met'}") + ")")
     lines += ["", "The offset copy / confluent produce() within each of the "
               f"{args.repeat} rounds: " + "; ".join(verdicts) + "."]
     section = "\n".join(lines) + "\n"

@@ -1,8 +1,10 @@
 """Live lag: kip mirror vs MirrorMaker 2 copying a topic while it is written (issue 43).
 
 bench/side_by_side_mirror.py times copies of a topic written beforehand; this one measures
-what a running mirror adds to each record's way. Two clusters (``--broker kafka1``: two 1-node
-Apache Kafka clusters, MirrorMaker 2 a lane; ``kip``: two `kip broker`s, the kip lanes only).
+what a running mirror adds to each record's way. Two clusters (``--broker kafka1`` or
+``kafka3``: two Apache Kafka clusters of 1 or 3 KRaft nodes, MirrorMaker 2 a lane; on 3 nodes
+every topic has replication factor 3 and min.insync.replicas 2, MirrorMaker 2's internal ones
+too; ``kip``: two `kip broker`s, the kip lanes only).
 Per round and lane, a fresh 3-partition source topic; the lane is started and copies it
 continuously (kip mirror in a process of its own, ``Mirror(...).run()`` until stopped;
 MirrorMaker 2 as bench/mirror_on_kafka.py starts it: dedicated mode, exactly once,
@@ -14,8 +16,8 @@ Reported per lane: the median, 99th percentile and largest lag, and the lag of t
 record (when the writing stops, how long until the target has all of it), and the lane's CPU
 over the written part; every run checks that each record arrived exactly once.
 
-Usage: python bench/side_by_side_mirror_lag.py [--broker kip|kafka1] [--rate N] [--seconds S]
-[--repeat R] [--write bench/RESULTS.md]
+Usage: python bench/side_by_side_mirror_lag.py [--broker kip|kafka1|kafka3] [--rate N]
+[--seconds S] [--repeat R] [--write bench/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ PAD = bytes(100 - VALUE.size)
 
 
 def heading(choice: str) -> str:
-    where = "Apache Kafka, 1 node per cluster" if BROKERS[choice] else "kip broker"
+    nodes = BROKERS[choice]
+    where = (f"Apache Kafka, {nodes} node{'s' if nodes > 1 else ''} per cluster" if nodes
+             else "kip broker")
     return f"## Mirror live lag on {where}: kip mirror vs MirrorMaker 2 (issue 43)"
 
 
@@ -215,7 +219,9 @@ def run_lane(lane: str, source: BenchBroker, target: BenchBroker, rnd: int, rate
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--broker", choices=["kip", "kafka1"], default="kafka1")
+    ap.add_argument("--broker", choices=list(BROKERS), default="kafka1",
+                    help="two Apache Kafka clusters of 1 (kafka1, the default) or 3 KRaft "
+                         "nodes (kafka3), or two `kip broker`s (kip: the kip lanes only)")
     ap.add_argument("--rate", type=int, default=10_000, help="source records per second")
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the source is written")
     ap.add_argument("--repeat", type=int, default=3)

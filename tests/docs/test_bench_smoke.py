@@ -11,9 +11,10 @@ Spark tests start the same source and sink on `kip broker`, so its older tables 
 test_bench_commands.py.
 
 The Apache Kafka runs (issue 43: ``--broker kafka1``, the Java producer, MirrorMaker 2 and
-spark-sql-kafka as lanes) need Java and Kafka's jars, as tests/apache_kafka does (and the
-Spark one pyspark and the connector's jars): without them they skip with one line naming what
-is missing, except under ``CI=true``, where that fails. The per-key conditional bench (issue
+spark-sql-kafka as lanes, the offset copy and the stock bench's lanes emulated there) need
+Java and Kafka's jars, as tests/apache_kafka does (and the Spark one pyspark and the
+connector's jars): without them they skip with one line naming what is missing, except under
+``CI=true``, where that fails. The per-key conditional bench (issue
 44) also needs the nats-server binary (Debian package ``nats-server``), and skips with one
 line without it (fails under ``CI=true``)."""
 
@@ -62,6 +63,15 @@ KAFKA_RUNS = [
     ("side_by_side_mirror.py", ["--records", "3000", "--repeat", "1", "--broker", "kafka1",
                                 "--shapes", "dense"],
      "kip mirror transactional / MirrorMaker 2"),
+    # the offset copy emulated (kip.mode auto; the script fails unless kip_mode() says so),
+    # its check reading the holes' aborted fillers past with read_committed
+    ("side_by_side_copy.py", ["--records", "2000", "--repeat", "1", "--gap-rate", "0.01",
+                              "--broker", "kafka1"],
+     "| kip produce_arrays(offsets=) | kept, gaps 0.01 (KIP-391, emulated) |"),
+    # the stand-in's emulated lanes on real Kafka; the native conditional ones on kip broker
+    ("side_by_side_stock.py", ["--records", "2000", "--gap-rate", "0,0.01",
+                               "--conditional-records", "200", "--broker", "kafka1"],
+     "| 10,000 | emulated |"),
 ]
 
 
