@@ -73,6 +73,8 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from bench_support import (
     broker_data_dir,
@@ -399,16 +401,14 @@ def kip_serial(system: str, bootstrap: str, topic: str, keys: int, records: int,
 
 async def nats_run(address: str, stream: str, keys: int, rounds: int, serial: int,
                    pids: list[int], writer: Writer | None = None) -> dict:
-    """JetStream's side: rounds of publish_async (``serial`` 0), or ``serial`` publishes one
-    at a time; as one of several writers (``writer``), rounds over its share of the
-    subjects of a stream the parent made."""
+    """JetStream's side, on a stream the parent made: rounds of publish_async (``serial`` 0),
+    or ``serial`` publishes one at a time; as one of several writers (``writer``), rounds over
+    its share of the subjects."""
     import nats
 
     names = key_names(keys)
     tag = ""
-    if writer is None:
-        await _nats_admin(address, "add", stream)
-    else:
+    if writer is not None:
         names, tag = writer.share(names), f"-{writer.index}"
         keys = len(names)
     nc = await nats.connect(f"nats://{address}")
@@ -622,17 +622,41 @@ def run_lane(bench: Bench, system: str, lane: str, name: str, keys: int, rounds:
              serial: int) -> dict:
     """One lane's run on a fresh topic / stream, removed afterwards."""
     address, pids = bench.address[system], bench.pids[system]
-    if system != "nats":
-        kip_topic(address, name, bench.replication[system])
-    try:
+    with made(bench, system, name):
         return spawn("--one", lane, "--system", system, "--address", address, "--name", name,
                      "--keys", str(keys), "--rounds", str(rounds), "--serial", str(serial),
                      "--pids", ",".join(map(str, pids)))
+
+
+@contextmanager
+def made(bench: Bench, system: str, name: str, partitions: int = 1) -> Iterator[None]:
+    """A fresh stream (nats) or topic (kip) for one run, removed afterwards."""
+    address = bench.address[system]
+    if system == "nats":
+        asyncio.run(_nats_admin(address, "add", name))
+    else:
+        kip_topic(address, name, bench.replication[system], partitions)
+    try:
+        yield
     finally:
         if system == "nats":
             asyncio.run(_nats_admin(address, "delete", name))
         else:
             kip_delete(address, name)
+
+
+@contextmanager
+def reaped(procs: list[subprocess.Popen], scratch: str) -> Iterator[None]:
+    """Child processes still running at the end (one left waiting for another that failed)
+    killed, their scratch directory removed."""
+    try:
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _gate_count(gate: str, what: str) -> int:
@@ -648,13 +672,9 @@ def run_writers(bench: Bench, system: str, lane: str, name: str, keys: int, roun
     # the emulation keeps one fenced writer per partition: a partition per writer there;
     # natively the writers share the one partition, as JetStream's share the stream
     partitions = writers if system.startswith("kafka") else 1
-    if system == "nats":
-        asyncio.run(_nats_admin(address, "add", name))
-    else:
-        kip_topic(address, name, bench.replication[system], partitions)
     gate = tempfile.mkdtemp(prefix="kip-bench-writers-")
     procs: list[subprocess.Popen] = []
-    try:
+    with made(bench, system, name, partitions), reaped(procs, gate):
         for w in range(writers):
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--one", lane, "--system", system,
@@ -689,28 +709,14 @@ def run_writers(bench: Bench, system: str, lane: str, name: str, keys: int, roun
         return {"seconds": max(o["ended"] for o in outs) - min(o["started"] for o in outs),
                 "cpu": sum(o["cpu"] for o in outs), "server_cpu": server,
                 "records": sum(o["records"] for o in outs)}
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(gate, ignore_errors=True)
-        if system == "nats":
-            asyncio.run(_nats_admin(address, "delete", name))
-        else:
-            kip_delete(address, name)
 
 
 def run_conflict(bench: Bench, system: str, name: str, keys: int, attempts: int) -> dict:
     """Two writers racing on the same keys, then the log judged."""
     address = bench.address[system]
-    if system == "nats":
-        asyncio.run(_nats_admin(address, "add", name))
-    else:
-        kip_topic(address, name, bench.replication[system])
     ready_dir = tempfile.mkdtemp(prefix="kip-bench-race-")
     procs: list[subprocess.Popen] = []
-    try:
+    with made(bench, system, name), reaped(procs, ready_dir):
         for writer in (1, 2):
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--conflict", str(writer),
@@ -731,16 +737,6 @@ def run_conflict(bench: Bench, system: str, name: str, keys: int, attempts: int)
             log, absent = kip_log(address, name), KEY_ABSENT
         log = [entry for entry in log if not entry[1].startswith(b"warm")]
         return judge(log, writers, keys, absent)
-    finally:
-        for proc in procs:  # (a writer left waiting for one that failed)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(ready_dir, ignore_errors=True)
-        if system == "nats":
-            asyncio.run(_nats_admin(address, "delete", name))
-        else:
-            kip_delete(address, name)
 
 
 def child(args) -> None:
@@ -849,6 +845,18 @@ def main(argv=None) -> None:
         raise SystemExit(f"the conflict run found problems on {', '.join(bad)}")
 
 
+def lane_table(systems: list[str], results: dict, kind: str, lanes: dict[str, str]) -> list[str]:
+    """The rows of a one-lane-per-system table (``kind``: "writers" or "serial")."""
+    rows = ["| system | lane | events/s | client CPU us/event | server CPU us/event | "
+            "vs JetStream |", "|---|---|---:|---:|---:|---:|"]
+    nats = rate_cell(results[("nats", kind)])[0] if "nats" in systems else float("nan")
+    for system in systems:
+        rate, cpu, server = rate_cell(results[(system, kind)])
+        rows.append(f"| {SYSTEMS[system]} | {lanes[system]} | {rate:,.0f} | {cpu:.1f} | "
+                    f"{server:.1f} | {rate / nats:.2f}x |")
+    return rows
+
+
 def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
            conflicts: dict, load0: str) -> str:
     from importlib.metadata import version
@@ -901,32 +909,19 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
                          f"{server:.1f} | {rate / nats_rate:.2f}x |")
     if args.writers:
         lines += ["", f"{args.writers} writers at once, each a process of its own with a "
-                  f"disjoint share of the {args.keys:,} aggregates (every {args.writers}th), "
+                  f"disjoint share of the {args.keys:,} aggregates (one in {args.writers}, "
+                  "interleaved), "
                   f"the same {rounds:,} rounds ({n:,} events in all), started together once "
                   "every writer was connected and warm, timed to the last writer's last "
                   "acknowledgement (client CPU: the writers' summed). kip native: the writers "
                   "share the one partition (the broker checks each key); kip emulated: a "
                   "partition per writer (the emulation keeps one fenced writer per partition); "
-                  "JetStream: the writers share the one stream.", "",
-                  "| system | lane | events/s | client CPU us/event | server CPU us/event | "
-                  "vs JetStream |", "|---|---|---:|---:|---:|---:|"]
-        writers_nats = rate_cell(results[("nats", "writers")])[0] if "nats" in systems \
-            else float("nan")
-        for system in systems:
-            rate, cpu, server = rate_cell(results[(system, "writers")])
-            lines.append(f"| {SYSTEMS[system]} | {WRITERS_LANE[system]} | {rate:,.0f} | "
-                         f"{cpu:.1f} | {server:.1f} | {rate / writers_nats:.2f}x |")
+                  "JetStream: the writers share the one stream.", ""]
+        lines += lane_table(systems, results, "writers", WRITERS_LANE)
     if args.serial_records:
         lines += ["", f"One at a time ({args.serial_records:,} events over the same "
-                  f"{args.keys:,} aggregates, each waiting for its acknowledgement):", "",
-                  "| system | lane | events/s | client CPU us/event | server CPU us/event | "
-                  "vs JetStream |", "|---|---|---:|---:|---:|---:|"]
-        serial_nats = rate_cell(results[("nats", "serial")])[0] if "nats" in systems \
-            else float("nan")
-        for system in systems:
-            rate, cpu, server = rate_cell(results[(system, "serial")])
-            lines.append(f"| {SYSTEMS[system]} | {SERIAL_LANE[system]} | {rate:,.0f} | "
-                         f"{cpu:.1f} | {server:.1f} | {rate / serial_nats:.2f}x |")
+                  f"{args.keys:,} aggregates, each waiting for its acknowledgement):", ""]
+        lines += lane_table(systems, results, "serial", SERIAL_LANE)
     if "nats" in systems:
         lines.append("")
         nats_runs = results[("nats", LANES["nats"][0])]
