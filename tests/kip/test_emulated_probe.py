@@ -6,6 +6,8 @@ only."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -20,6 +22,7 @@ from kip_support import (
 )
 
 from kipproducer.broker.embedded import EmbeddedBroker
+from kipproducer.stock import probe
 from kipproducer.stock.probe import COMMITTED_VALUE, INSIDE_VALUE, PROBE_VALUE
 
 
@@ -82,3 +85,41 @@ def test_probe_passes_on_the_standin_and_writes_only_its_topic():
                                                                         COMMITTED_VALUE]
         assert [r.value for r in uncommitted(bootstrap, probe_topic)] == [
             PROBE_VALUE, INSIDE_VALUE, COMMITTED_VALUE]
+
+
+def test_a_probe_passes_while_another_process_probes_the_same_topic(monkeypatch):
+    """Processes that start at once probe the cluster's one probe topic together, so one
+    probe's records can land between another's: here a second probe (a thread) writes all
+    its records right after the first one's aborted record. Both pass. (The probe used to
+    read until the first committed probe record it met, the second one's, and so refused the
+    cluster for hiding its other producer's record: a bench starting two writers at once
+    met it.)"""
+    with EmbeddedBroker(config=STANDIN_CONFIG) as b:
+        connection = {"bootstrap.servers": b.bootstrap_servers}
+        topic = unique("probe")
+        real = probe._acknowledged
+        written = threading.Event()
+        second: dict = {}
+
+        def run_second() -> None:
+            second["verdict"] = probe._run(connection, topic, 30.0)
+
+        def acknowledged(producer, into, value, timeout):
+            offset = real(producer, into, value, timeout)
+            if threading.current_thread() is second.get("thread"):
+                if value == COMMITTED_VALUE:
+                    written.set()
+            elif value == PROBE_VALUE:
+                second["thread"] = threading.Thread(target=run_second)
+                second["thread"].start()
+                assert written.wait(30), "the second probe did not write its records"
+            return offset
+
+        monkeypatch.setattr(probe, "_acknowledged", acknowledged)
+        assert probe._run(connection, topic, 30.0) is None
+        second["thread"].join(60)
+        assert second["verdict"] is None
+        # the second probe's records between the first's aborted record and the rest
+        assert [r.value for r in uncommitted(b.bootstrap_servers, topic)] == [
+            PROBE_VALUE, PROBE_VALUE, INSIDE_VALUE, COMMITTED_VALUE, INSIDE_VALUE,
+            COMMITTED_VALUE]

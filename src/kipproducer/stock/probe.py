@@ -10,7 +10,8 @@ disturb anyone's offsets: in a topic of its own (``kip.emulation.probe.topic``, 
 one partition when missing), it writes one record in a transaction, one record of an
 idempotent producer while that transaction is open, aborts the transaction, writes one
 committed record, and reads from the aborted record's offset at read_committed until it meets
-the committed one. A broker that shows the aborted record (Tansu does), hides the other
+the committed one (by its offset: probes of other processes may write to the topic at the same
+time). A broker that shows the aborted record (Tansu does), hides the other
 producer's record, or has no transactions is refused with one error, and the result is
 remembered per bootstrap address for the life of the process.
 """
@@ -81,12 +82,12 @@ def _run(connection: Mapping[str, Any], topic: str, timeout: float) -> str | Non
         finally:
             producer.abort_transaction(timeout)
         producer.begin_transaction()
-        _acknowledged(producer, topic, COMMITTED_VALUE, timeout)
+        committed = _acknowledged(producer, topic, COMMITTED_VALUE, timeout)
         producer.commit_transaction(timeout)
     finally:
         producer.flush(1)
         other.flush(1)
-    seen = _read_committed(connection, topic, aborted, timeout)
+    seen = _read_committed(connection, topic, aborted, committed, timeout)
     if (aborted, PROBE_VALUE) in seen:
         return _refusal(f"a read_committed reader was given the aborted record at offset "
                         f"{aborted} of {topic!r}: this broker does not hide aborted "
@@ -129,10 +130,11 @@ def _acknowledged(producer: Producer, topic: str, value: bytes, timeout: float) 
     return landed[0][1].offset()
 
 
-def _read_committed(connection: Mapping[str, Any], topic: str, start: int,
+def _read_committed(connection: Mapping[str, Any], topic: str, start: int, end: int,
                     timeout: float) -> list[tuple[int, bytes]]:
     """(offset, value) of what a read_committed reader gets from ``start`` up to the probe's
-    committed record."""
+    committed record, at ``end``. Known by its offset, not its value: another process's probe
+    of the same topic may run at the same time, its records between this one's."""
     consumer = Consumer({**consumer_config(connection), "group.id": f"kip-probe-{uuid.uuid4().hex}",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     seen: list[tuple[int, bytes]] = []
@@ -144,7 +146,7 @@ def _read_committed(connection: Mapping[str, Any], topic: str, start: int,
                 if msg.error() is not None:
                     continue
                 seen.append((msg.offset(), msg.value()))
-                if msg.value() == COMMITTED_VALUE:
+                if msg.offset() >= end:
                     return seen
         raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "the probe's committed "
                                         f"record was not read back from {topic!r}"))
