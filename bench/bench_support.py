@@ -223,6 +223,17 @@ class BenchBroker:
         return self.listeners["PLAINTEXT"]
 
 
+def stop_on_sigterm() -> None:
+    """A bench stopped with SIGTERM leaves through SystemExit, so its ``finally`` clauses stop
+    the brokers it started, rather than leaving an Apache Kafka cluster's JVMs running."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def node_count(nodes: int) -> str:
+    """"1 node", "3 nodes": the words a report's heading uses for an Apache Kafka cluster."""
+    return f"{nodes} node{'s' if nodes > 1 else ''}"
+
+
 def start_broker(choice: str, prefix: str, *, tls: bool = False,
                  kafka_config: dict | None = None) -> BenchBroker:
     """The broker of ``--broker``: ``kip`` (`kip broker`), ``kafka1`` or ``kafka3`` (Apache

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -57,8 +56,10 @@ from bench_support import (
     delete_topics,
     high_watermark,
     load_average,
+    node_count,
     peak_rss_mib,
     start_broker,
+    stop_on_sigterm,
     versions,
 )
 
@@ -105,8 +106,7 @@ def kafka_heading(nodes: int, callbacks: str) -> str:
     """The report's heading on Apache Kafka: one section per node count (and per
     --callbacks, as on `kip broker`), beside the `kip broker` ones."""
     way = "" if callbacks == "on" else " with and without callbacks"
-    return (f"## Offset-preserving copy{way} on Apache Kafka, {nodes} "
-            f"node{'s' if nodes > 1 else ''} (issue 43)")
+    return f"## Offset-preserving copy{way} on Apache Kafka, {node_count(nodes)} (issue 43)"
 
 
 def run_one(name: str, bootstrap: str, n: int, topic: str, gap_rate: str,
@@ -273,9 +273,7 @@ def main(argv=None) -> None:
     load0, loadavg0 = os.getloadavg()[0], load_average()
     nodes = BROKERS[args.broker]
     want_mode = "emulated" if nodes else "native"
-    # A bench stopped with SIGTERM still stops its broker (the finally clause below), rather
-    # than leaving an Apache Kafka cluster's JVMs running.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_sigterm()
     broker = start_broker(args.broker, "kip-bench-copy-")
     bootstrap, data_where, pids = broker.bootstrap, broker.data_where, broker.pids
     results: dict[tuple[str, str, bool], list[dict]] = {job: [] for job in jobs}

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from bench_support import BROKERS, BenchBroker, child_env, start_broker
+from bench_support import BROKERS, BenchBroker, child_env, node_count, start_broker
 
 HEADING = "## Mirror: kip mirror vs a confluent Consumer -> Producer loop (issue 17)"
 PARTITIONS = 3
@@ -49,7 +49,7 @@ SOURCES = {"dense": "src-dense", "half": "src-half-gone", "compacted": "src-comp
 
 
 def kafka_heading(nodes: int) -> str:
-    return (f"## Mirror on Apache Kafka, {nodes} node{'s' if nodes > 1 else ''} per cluster: "
+    return (f"## Mirror on Apache Kafka, {node_count(nodes)} per cluster: "
             "kip mirror vs MirrorMaker 2 (issue 43)")
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import struct
 import subprocess
@@ -34,7 +33,15 @@ import tempfile
 import threading
 import time
 
-from bench_support import BROKERS, BenchBroker, broker_cpu, child_env, start_broker
+from bench_support import (
+    BROKERS,
+    BenchBroker,
+    broker_cpu,
+    child_env,
+    node_count,
+    start_broker,
+    stop_on_sigterm,
+)
 from side_by_side_mirror import MM2, PARTITIONS, PRESERVE, TRANSACTIONAL, cpu_seconds
 
 # The same with --commit-interval-ms 100 (the default, 1000, is for throughput): a record is
@@ -49,8 +56,7 @@ PAD = bytes(100 - VALUE.size)
 
 def heading(choice: str) -> str:
     nodes = BROKERS[choice]
-    where = (f"Apache Kafka, {nodes} node{'s' if nodes > 1 else ''} per cluster" if nodes
-             else "kip broker")
+    where = f"Apache Kafka, {node_count(nodes)} per cluster" if nodes else "kip broker"
     return f"## Mirror live lag on {where}: kip mirror vs MirrorMaker 2 (issue 43)"
 
 
@@ -231,9 +237,7 @@ def main(argv=None) -> None:
     if args.one:
         run_kip_lane(*args.one)
         return
-    # A bench stopped with SIGTERM still stops its clusters and MirrorMaker 2 (the finally
-    # clauses), rather than leaving their JVMs running.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_sigterm()  # (MirrorMaker 2's JVM too)
     lanes = [TRANSACTIONAL, TRANSACTIONAL_FAST, PRESERVE] + ([MM2] if BROKERS[args.broker]
                                                              else [])
     results: dict[str, list[dict]] = {lane: [] for lane in lanes}

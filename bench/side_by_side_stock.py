@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -46,9 +45,11 @@ from bench_support import (
     broker_data_dir,
     child_env,
     create_topics,
+    node_count,
     start_broker,
     start_kip_broker,
     start_kip_broker_with,
+    stop_on_sigterm,
     versions,
 )
 from side_by_side_copy import workload
@@ -61,7 +62,7 @@ STOCK_BROKERS = ["standin", *(name for name, nodes in BROKERS.items() if nodes)]
 def heading(choice: str) -> str:
     """The section ``--write`` replaces: one per Apache Kafka node count."""
     nodes = BROKERS[choice]
-    return (f"## Stock clusters on Apache Kafka, {nodes} node{'s' if nodes > 1 else ''}: "
+    return (f"## Stock clusters on Apache Kafka, {node_count(nodes)}: "
             "emulated KIP-391 copy and KIP-27 appends (issue 43)")
 
 
@@ -211,9 +212,7 @@ def main() -> None:
     if args.write and args.broker == "standin":
         ap.error("--write: the stand-in's section of bench/RESULTS.md is put together by hand "
                  "from several runs; --write takes --broker kafka1 or kafka3")
-    # A bench stopped with SIGTERM still stops its brokers (the finally clauses), rather than
-    # leaving an Apache Kafka cluster's JVMs running.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    stop_on_sigterm()
     load0 = load()
     out: list[str] = []
 
