@@ -21,6 +21,7 @@ from emulated_support import (
     keyed_topic,
     kill_9_when_open,
     new_topic,
+    uncommitted,
 )
 from kip_support import (
     KeyReports,
@@ -173,6 +174,32 @@ def test_concurrent_writers_on_one_key_exactly_one_wins(stock):
     winner = one_winner(outcomes)
     acct = [(o, v) for _, o, k, v in read_back(bootstrap, topic) if k == b"acct"]
     assert acct == [(0, b"open"), (winner[2], acct[1][1])]
+
+
+def test_a_writer_at_its_own_end_still_sees_a_record_appended_since(stock):
+    """A writer whose last commit left the log ending at its marker writes its next call
+    without looking at the log first; a record another producer appended since makes that
+    attempt land past the index: aborted (in the log, never visible to read_committed), the
+    record read, and the stale condition refused with the record's offset."""
+    bootstrap = stock.bootstrap_servers
+    topic = keyed_topic(bootstrap, "emk-at-end")
+    with emulated_producer(bootstrap, unique("w")) as p:
+        err, _, created, _ = key_produced(p, topic, b"order-1", b"created", KEY_ABSENT,
+                                          partition=0)
+        assert err is None
+        other = StockProducer({"bootstrap.servers": bootstrap})
+        other.produce(topic, b"paid", b"order-1", partition=0)
+        assert other.flush(20) == 0
+        [(_, paid, _, _)] = [r for r in read_back(bootstrap, topic) if r[3] == b"paid"]
+        err, _, _, _ = key_produced(p, topic, b"order-1", b"shipped", created, partition=0)
+        assert isinstance(err, KeyConditionKafkaError) and err.code() == KEY_OFFSET_MISMATCH
+        assert (err.expected, err.actual) == (created, paid)
+        err, _, shipped, _ = key_produced(p, topic, b"order-1", b"shipped", paid, partition=0)
+        assert err is None
+    assert [(o, v) for _, o, _, v in read_back(bootstrap, topic)] == [
+        (created, b"created"), (paid, b"paid"), (shipped, b"shipped")]
+    attempts = [r.offset for r in uncommitted(bootstrap, topic) if r.value == b"shipped"]
+    assert len(attempts) == 2 and attempts[-1] == shipped  # the aborted one, then this one
 
 
 def test_writers_on_different_keys_of_one_partition_never_conflict(stock):

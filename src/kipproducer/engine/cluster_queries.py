@@ -19,7 +19,8 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..client_config import parse_servers
@@ -152,6 +153,14 @@ async def list_offsets(cluster: Cluster, wanted: Mapping[TopicPartition, int], *
     return found
 
 
+async def _both_ends(cluster: Cluster, latest: Mapping[TopicPartition, int], timeout_s: float
+                     ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+    stable, end = await asyncio.gather(
+        list_offsets(cluster, latest, read_committed=True, timeout_s=timeout_s),
+        list_offsets(cluster, latest, read_committed=False, timeout_s=timeout_s))
+    return stable, end
+
+
 async def _refresh_leaders(cluster: Cluster, left: Mapping[TopicPartition, int]) -> None:
     """New metadata for the topics of ``left``; a topic that no longer exists fails at once
     (asking again would not bring it back)."""
@@ -270,6 +279,23 @@ class ClusterQueries:
         committed = self.read_committed if read_committed is None else read_committed
         return self._run(list_offsets(self.cluster, wanted, read_committed=committed,
                                       timeout_s=self.timeout_s))
+
+    def ends(self, wanted: Iterable[TopicPartition]
+             ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """(last stable offsets, log ends) of the partitions: the latest offset at
+        read_committed and at read_uncommitted, the two ListOffsets asked together (one
+        round trip's wait, not two)."""
+        latest = dict.fromkeys(wanted, LATEST)
+        if not latest:
+            return {}, {}
+        return self._run(_both_ends(self.cluster, latest, self.timeout_s))
+
+    def topics_soon(self, names: Sequence[str]) -> Future[dict[str, TopicMetadata]]:
+        """topics(names), asked now and answered later: the caller goes on meanwhile and
+        takes ``.result()`` when it needs the answer."""
+        if not self._close.alive:
+            raise ClusterQueryError("this ClusterQueries is closed")
+        return asyncio.run_coroutine_threadsafe(partitions_of(self.cluster, names), self._loop)
 
     def leaders_lacking(self, topic: str, feature: str) -> list[int]:
         """The partitions of ``topic`` whose leader does not announce the KIP-WIRE

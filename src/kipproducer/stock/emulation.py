@@ -355,63 +355,66 @@ class Emulation:
         topic, partition = key
         checks = [(i, key_index.key_bytes(k), e)
                   for i, (k, e) in enumerate(zip(keys, expected, strict=True)) if e is not None]
+        tombstones = [v is None for part in parts for v in part.values]
         producer = self._txn_producer()  # (a configured id fences its predecessor first)
         reader = self._reader()
         deadline = time.monotonic() + self._timeout
         aging = self._key_topic_aging(topic)
-        now = reader.partition_count(topic)
+        count_now = reader.partition_count_soon(topic)  # answered while the records go
+        now: int | None = None
+        first_look = True
         while True:
-            index = self._key_index(key)
+            index = self._key_index(key, trusting_at_end=first_look)
+            first_look = False
             # the count now, the one the record was partitioned with, and the one at this
             # writer's first condition (or the index topic's checkpoint) must agree: a key
             # moves with the count
             pinned = self._key_partitions.setdefault(topic, index.partitions or partitions)
-            if not pinned == partitions == now:
-                return [(e, None) for e in key_index.batch_failed(
-                    topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
-                    f"the topic had {pinned} partitions at this writer's first key "
-                    f"condition (or its index topic's checkpoint), has {now} now, and the "
-                    f"record was partitioned with {partitions}: a partition count change "
-                    "refuses every key condition")]
             wrong = key_index.conflicts(index, checks,
                                         reader.log_start(topic, partition) if aging else 0)
-            if wrong:
+            if wrong or pinned != partitions:
+                now = count_now() if now is None else now
+                if not pinned == partitions == now:
+                    return _count_changed(topic, partition, keys, expected, pinned, now,
+                                          partitions)
                 return [(e, None) for e in key_index.record_errors(topic, partition, keys,
                                                                    expected, wrong)]
             start = index.covered
             self._begin(producer)
             try:
-                results = self._write(producer, topic, partition, parts)
+                results = self._write_columns(producer, topic, partition, parts)
+                misplaced = _misplaced(results, start)
+                if misplaced is None:
+                    now = count_now() if now is None else now
+                if misplaced is None and now == pinned and self._key_index_topic:
+                    self._write_snapshot(producer, key, index, keys, tombstones, start,
+                                         pinned)
             except KafkaException:
                 self._abort(producer)
                 raise
-            misplaced = _misplaced(results, start)
-            if misplaced is None and self._key_index_topic:
-                try:
-                    self._write_snapshot(producer, key, index, keys, results, start, pinned)
-                except KafkaException:
-                    self._abort(producer)
-                    raise
+            if misplaced is None and now != pinned:
+                self._abort(producer)
+                return _count_changed(topic, partition, keys, expected, pinned, now,
+                                      partitions)
             if misplaced is None:
                 self._commit(producer)
                 last = start + len(keys) - 1
-                self._wait_marker(key, last)
+                end = self._wait_marker(key, last)
                 for i, k in enumerate(keys):
-                    value = results[i][1].value()
-                    index.record(k, start + i, value is None)
+                    index.record(k, start + i, tombstones[i])
                 if index.dirty is not None:
                     index.dirty.clear()  # (the index topic took them with the records)
                 # the commit marker follows the last record; when the log ends right after
                 # it, nothing else is there to read
                 index.covered = last + 1
-                if reader.log_end(topic, partition) == last + 2:
-                    index.covered = last + 2
+                if end == last + 2:
+                    index.covered, index.at_end = last + 2, True
                 return results
             self._abort(producer)
             if isinstance(misplaced, KafkaError):
                 raise KafkaException(misplaced)
-            placed = [msg.offset() for err, msg in results if err is None and msg is not None]
-            self._wait_marker(key, max(placed, default=-1))
+            # (the next look waits until this abort's marker, and every other transaction
+            # of the partition, is decided)
             self.key_retries += 1
             if time.monotonic() > deadline:
                 raise KafkaException(KafkaError(
@@ -420,15 +423,15 @@ class Emulation:
                     "checked against a still log"))
 
     def _write_snapshot(self, producer: Any, key: tuple[str, int], index: PartitionKeys,
-                        keys: list, results: list, start: int, partitions: int) -> None:
+                        keys: list, tombstones: list[bool], start: int,
+                        partitions: int) -> None:
         """In the open transaction: the answers changed since the index topic last took them,
         the call's own records' answers, and the checkpoint (everything below the call's
         last record + 1 is in)."""
         answers = dict(index.dirty or {})
         for i, k in enumerate(keys):
             if k is not None:
-                answers[key_index.key_bytes(k)] = (KEY_ABSENT if results[i][1].value() is None
-                                                   else start + i)
+                answers[key_index.key_bytes(k)] = KEY_ABSENT if tombstones[i] else start + i
         names, values = key_index.snapshot_records(key[0], key[1], answers,
                                                    start + len(keys), partitions)
         outcome: list = []
@@ -479,8 +482,7 @@ class Emulation:
         ends: list[int] = []
 
         def decided() -> bool:
-            stable = reader.stable_end(*key)
-            end = reader.log_end(*key)
+            stable, end = reader.decided_ends(*key)
             ends[:] = [end]
             return stable >= end
 
@@ -507,18 +509,31 @@ class Emulation:
             aging = self._key_topics_aging[topic] = why is not None
         return aging
 
-    def _wait_marker(self, key: tuple[str, int], last: int) -> None:
-        """Until the marker of the transaction whose last record is at ``last`` is in."""
+    def _wait_marker(self, key: tuple[str, int], last: int) -> int:
+        """Until the marker of the transaction whose last record is at ``last`` is in; the
+        log end seen then."""
         reader = self._reader()
-        reader.wait(f"the transaction marker in {key[0]}[{key[1]}]",
-                    lambda: reader.stable_end(*key) > last, self._timeout)
+        ends: list[int] = []
 
-    def _key_index(self, key: tuple[str, int]) -> PartitionKeys:
+        def marker_in() -> bool:
+            stable, end = reader.decided_ends(*key)
+            ends[:] = [end]
+            return stable > last
+
+        reader.wait(f"the transaction marker in {key[0]}[{key[1]}]", marker_in, self._timeout)
+        return ends[0]
+
+    def _key_index(self, key: tuple[str, int], *, trusting_at_end: bool = False
+                   ) -> PartitionKeys:
         """The partition's key index, read up to the log end once every transaction of the
-        partition is decided (another writer's open transaction could commit a key)."""
+        partition is decided (another writer's open transaction could commit a key); with
+        ``trusting_at_end``, an index whose ``at_end`` holds as it is (key_index.py)."""
         index = self._key_indexes.get(key)
+        if index is not None and index.at_end and trusting_at_end:
+            return index
         if index is None:
             index = self._key_indexes[key] = self._load_index(key)
+        index.at_end = False
         end = self._decided_end(key)
         if end < index.covered:  # the partition was emptied or made again: start over
             index = self._key_indexes[key] = PartitionKeys(
@@ -996,7 +1011,7 @@ class Emulation:
         reader = self._reader()
         try:
             self._begin(producer)
-            results = self._write(producer, topic, partition, parts)
+            results = self._write_columns(producer, topic, partition, parts)
             wrong = _misplaced(results, expected)
             if wrong is None:
                 self._commit(producer)
@@ -1007,8 +1022,7 @@ class Emulation:
                           if err is None and msg is not None]
                 last = max(placed) if placed else -1
             # Our marker is in once every transaction up to our last record is decided.
-            reader.wait(f"the transaction marker in {topic}[{partition}]",
-                        lambda: reader.stable_end(topic, partition) > last, self._timeout)
+            self._wait_marker((topic, partition), last)
         except KafkaException as exc:
             self._fail(parts, ProduceOffsetKafkaError(
                 exc.args[0].code(), f"{CONDITIONAL_CALL}: {exc.args[0].str()}"))
@@ -1065,6 +1079,35 @@ class Emulation:
         results.sort(key=lambda outcome: outcome[1].offset() if outcome[0] is None else -1)
         return results + [None] * (total - len(results))
 
+    def _write_columns(self, producer: Producer, topic: str, partition: int,
+                       parts: list[Rows]) -> list:
+        """As _write, through the engine's bulk lane of the transactional producer (one call
+        for the run, no Python frame per record): [(err, report)] per record in offset
+        order, None for one never acknowledged. A report is the record's Message (decoded
+        by the engine) when a part's reports go per record, else a one-record BatchDelivery
+        (only its offset() is read: a part reported per batch takes its first record's)."""
+        per_record = any(p.sink.per_record and p.sink.callback is not None for p in parts)
+        values, keys, headers, stamps = bulk_columns(parts)
+        got: list = []
+        producer.produce_arrays(topic, values, keys=keys, headers=headers, timestamps=stamps,
+                                partition=partition, per_record=per_record,
+                                on_delivery=lambda err, report: got.append((err, report)))
+        left = producer.flush(self._timeout)
+        if left:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"{left} records not acknowledged in time"))
+        got.sort(key=lambda outcome: outcome[1].offset() if outcome[0] is None else -1)
+        if per_record:
+            results = got
+        else:
+            results = []
+            for err, report in got:
+                first = report.offset() if err is None else -1
+                results.extend((err, BatchDelivery(topic, partition, -1 if first < 0 else
+                                                   first + i, 1, err))
+                               for i in range(len(report)))
+        return results + [None] * (len(values) - len(results))
+
     def _fail(self, parts: Iterable[Rows], error: KafkaError) -> None:
         parts = list(parts)
         self._report(parts, [(error, None)] * sum(len(p) for p in parts))
@@ -1091,6 +1134,15 @@ class Emulation:
             offset = msg.offset() if msg is not None and err is None else -1
             self._reports.append((sink.callback, err, BatchDelivery(
                 sink.topic, sink.partition, offset, n, err)))
+
+
+def _count_changed(topic: str, partition: int, keys: list, expected: list[int | None],
+                   pinned: int, now: int, partitions: int) -> list:
+    return [(e, None) for e in key_index.batch_failed(
+        topic, partition, keys, expected, ec.PARTITION_COUNT_MISMATCH,
+        f"the topic had {pinned} partitions at this writer's first key condition (or its "
+        f"index topic's checkpoint), has {now} now, and the record was partitioned with "
+        f"{partitions}: a partition count change refuses every key condition")]
 
 
 def _misplaced(results: list, start: int) -> Any:

@@ -36,12 +36,17 @@ class PartitionKeys:
     record below ``covered`` (keys absent there are not in it). With an index topic,
     ``dirty`` holds the answers changed since the index topic last took them (KEY_ABSENT
     for a key made absent), and ``partitions`` the topic's partition count its checkpoint
-    pinned (0: none)."""
+    pinned (0: none). ``at_end``: the log ended right after this writer's own last commit
+    marker (``covered``) when it was last looked at, so nobody else was writing there: the
+    next call writes without looking first (its records are committed only if they land
+    at ``covered``, so a record appended since costs an aborted attempt, never a wrong
+    answer)."""
 
     covered: int = 0
     last: dict[bytes, int] = field(default_factory=dict)
     dirty: dict[bytes, int] | None = None
     partitions: int = 0
+    at_end: bool = False
 
     def answer(self, key: bytes) -> int:
         return self.last.get(key, KEY_ABSENT)

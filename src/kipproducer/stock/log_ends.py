@@ -49,6 +49,23 @@ WAIT_PAUSE_MAX_S = 0.02
 QUESTION_TIMEOUT_S = 10.0
 
 
+#: What a question to the cluster may raise (turned into KafkaException for the emulation).
+_QUESTION_ERRORS = (BrokerAuthenticationError, ClusterQueryError, BrokerConnectionError, OSError,
+                    TimeoutError, FutureTimeout)
+
+
+def _list_offsets_error(exc: BaseException, asked: Iterable[tuple[str, int]]) -> KafkaException:
+    if isinstance(exc, BrokerAuthenticationError):
+        return KafkaException(KafkaError(KafkaError._AUTHENTICATION,
+                                         f"emulation: ListOffsets: {exc}"))
+    names = ", ".join(f"{t}[{p}]" for t, p in asked)
+    # a topic that does not exist is named as librdkafka's consumer names it
+    missing = getattr(exc, "error_code", None) == UNKNOWN_TOPIC
+    return KafkaException(KafkaError(
+        KafkaError.UNKNOWN_TOPIC_OR_PART if missing else KafkaError._TIMED_OUT,
+        f"emulation: ListOffsets for {names}: {exc}"))
+
+
 def consumer_config(connection: Mapping[str, Any]) -> dict[str, Any]:
     """``connection`` without the producer-only properties."""
     return {k: v for k, v in connection.items() if k not in PRODUCER_ONLY}
@@ -93,17 +110,41 @@ class LogEnds:
 
     def partition_count(self, topic: str) -> int:
         """The topic's partition count as the cluster's metadata has it now."""
+        return self.partition_count_soon(topic)()
+
+    def partition_count_soon(self, topic: str) -> Callable[[], int]:
+        """partition_count(topic) asked now; the function returned waits for the answer (or
+        raises what partition_count would), so the caller can do something meanwhile."""
         try:
-            meta = self._queries.topics([topic])[topic]
-        except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
-                FutureTimeout) as exc:
+            asked = self._queries.topics_soon([topic])
+        except ClusterQueryError as exc:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
                                             f"emulation: metadata of {topic}: {exc}")) from None
-        if meta.error_code:
-            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                            f"emulation: metadata of {topic}: error "
-                                            f"{meta.error_code}"))
-        return meta.partition_count
+
+        def answer() -> int:
+            try:
+                meta = asked.result(QUESTION_TIMEOUT_S * 3)[topic]
+            except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
+                    FutureTimeout) as exc:
+                raise KafkaException(KafkaError(
+                    KafkaError._TIMED_OUT, f"emulation: metadata of {topic}: {exc}")) from None
+            if meta.error_code:
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
+                                                f"emulation: metadata of {topic}: error "
+                                                f"{meta.error_code}"))
+            return meta.partition_count
+        return answer
+
+    def decided_ends(self, topic: str, partition: int) -> tuple[int, int]:
+        """(last stable offset, log end) of the partition, asked together: every transaction
+        below the log end is decided when the first is at least the second (whichever
+        Kafka answered first: both only grow)."""
+        tp = (topic, partition)
+        try:
+            stable, end = self._queries.ends([tp])
+        except _QUESTION_ERRORS as exc:
+            raise _list_offsets_error(exc, [tp]) from None
+        return stable[tp], end[tp]
 
     def log_ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """log_end() of several partitions: one ListOffsets per leader, asked together."""
@@ -119,17 +160,8 @@ class LogEnds:
         wanted = dict.fromkeys(partitions, at)
         try:
             return self._queries.list_offsets(wanted, read_committed=read_committed)
-        except BrokerAuthenticationError as exc:
-            raise KafkaException(KafkaError(KafkaError._AUTHENTICATION,
-                                            f"emulation: ListOffsets: {exc}")) from None
-        except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
-                FutureTimeout) as exc:
-            names = ", ".join(f"{t}[{p}]" for t, p in wanted)
-            # a topic that does not exist is named as librdkafka's consumer names it
-            missing = getattr(exc, "error_code", None) == UNKNOWN_TOPIC
-            raise KafkaException(KafkaError(
-                KafkaError.UNKNOWN_TOPIC_OR_PART if missing else KafkaError._TIMED_OUT,
-                f"emulation: ListOffsets for {names}: {exc}")) from None
+        except _QUESTION_ERRORS as exc:
+            raise _list_offsets_error(exc, wanted) from None
 
     def wait(self, what: str, test: Callable[[], bool], timeout: float) -> None:
         wait_until(what, test, timeout)
@@ -176,6 +208,22 @@ class ConsumerLogEnds:
         if meta.error is not None:
             raise KafkaException(meta.error)
         return len(meta.partitions)
+
+    def partition_count_soon(self, topic: str) -> Callable[[], int]:
+        """Asked at once here; the answer, or what asking raised, given by the function."""
+        try:
+            count = self.partition_count(topic)
+        except KafkaException as exc:
+            error = exc
+
+            def refused() -> int:
+                raise error
+            return refused
+        return lambda: count
+
+    def decided_ends(self, topic: str, partition: int) -> tuple[int, int]:
+        stable = self.stable_end(topic, partition)
+        return stable, self.log_end(topic, partition)
 
     def log_ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
         return {tp: self.log_end(*tp) for tp in partitions}
