@@ -492,12 +492,6 @@ class Producer(confluent_kafka.Producer):
             if expected is not None and expected != NO_KEY_CONDITION:
                 self._check_key_condition(None, None, key, expected)
         emulated = self._kip_mode != "native" and self._kip_topic_mode(topic) == "emulated"
-        if emulated and self._txn is not None:
-            raise KafkaException(KafkaError(
-                KafkaError._NOT_IMPLEMENTED,
-                f"expected_key_offset= to {topic!r} is emulated (its brokers lack "
-                "kip.produce.key.conditional): each condition is its own transaction of the "
-                "emulation's writer, which cannot join this producer's transaction"))
         if self._txn is not None:
             self._txn.check_produce()
         engine = self._engine_or_start()
@@ -518,11 +512,48 @@ class Producer(confluent_kafka.Producer):
         for part, group in groups.items():
             _check_fits_one_batch(topic, part, group, acc.batch_size, acc.batch_num_messages,
                                   engine.config.message_max_bytes)
+        if emulated and self._txn is not None:
+            return self._txn_key_conditional(topic, groups, target, total)
         if emulated:  # each partition's records in a transaction of the emulation's writer
             for part, group in groups.items():
                 _stock.key_conditional(self._emulation_or_start(), topic, part, group, target,
                                        total)
             return len(rows)
+        return self._append_groups(topic, groups, target, total)
+
+    def _txn_key_conditional(self, topic: str, groups: dict[int, list[tuple]],
+                             target: ReportTarget, total: int) -> int:
+        """Emulated key conditions inside this producer's own transaction
+        (stock/txn_keys.py): each partition's records checked against its key index as the
+        transaction sees it, then appended to the transaction as one batch whose reports are
+        checked to have landed where that index ends. A refusal fails the transaction."""
+        txn = self._txn
+        assert txn is not None
+        emulation = self._emulation_or_start()
+        acc = self._engine_or_start().acc
+        checked: dict[int, list[tuple]] = {}
+        for part, group in groups.items():
+            state = acc.partition_state(topic, part)
+            touched = (txn.holds(topic, part) or state.open_records > 0
+                       or state.ready_batches > 0)
+            start = _stock.txn_key_conditional(emulation, topic, part, group, target, total,
+                                               touched)
+            if isinstance(start, KafkaError):
+                txn.records_failed(len(group), start)
+                continue
+            check = _stock.LandingCheck(topic, part, start, len(group), txn.records_failed)
+            checked[part] = [(*row[:5], None, check.target(row[6] or target))
+                             for row in group]
+        if checked:
+            self._append_groups(topic, checked, target, total)
+        return sum(len(group) for group in groups.values())
+
+    def _append_groups(self, topic: str, groups: dict[int, list[tuple]], target: ReportTarget,
+                       total: int) -> int:
+        """Each partition's rows in a batch of their own, into the engine."""
+        engine = self._engine_or_start()
+        acc = engine.acc
+        rows = [row for group in groups.values() for row in group]
         self._enter_lane(topic, ENGINE, 0)
         need = sum(_row_bytes(row) for row in rows)
         deadline = time.monotonic() + engine.config.delivery_timeout_ms / 1000
@@ -1033,6 +1064,8 @@ class Producer(confluent_kafka.Producer):
         if self._txn is None:
             return super().commit_transaction(*args, **kwargs)
         self._txn.commit(_timeout_arg("commit_transaction", args, kwargs), self.flush)
+        if self._emulation is not None:
+            self._emulation.txn_ended(committed=True)
 
     # ---- producer groups (KIP-509, KIP-910; producer_group.py) --------------------------------
 
@@ -1102,6 +1135,8 @@ class Producer(confluent_kafka.Producer):
         if self._txn is None:
             return super().abort_transaction(*args, **kwargs)
         self._txn.abort(_timeout_arg("abort_transaction", args, kwargs), self.flush)
+        if self._emulation is not None:
+            self._emulation.txn_ended(committed=False)
 
     # ---- both lanes ---------------------------------------------------------------------------
 

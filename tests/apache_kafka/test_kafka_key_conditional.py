@@ -15,6 +15,10 @@ librdkafka and by Kafka's Java consumer.
 * A partition count change refuses every condition.
 * Kafka's cleaner compacting the partition and removing a tombstone between two writers
   changes no answer.
+* Inside the Producer's own transaction (txn_key_scenarios.py): the transaction's own
+  records count, a stale condition fails the transaction, another producer's record between
+  two calls fails it (CONCURRENT_TRANSACTIONS), a zombie with the same transactional.id never
+  commits, a partition written outside key conditions first is refused.
 * A lost acknowledgement (1 node behind a proxy that cuts the connection at the first byte of
   the answer: the Produce's, the commit's EndTxn's, and EndTxn's with the node out of reach
   past the call's timeout): written once; the caller appending it again is refused with its
@@ -47,6 +51,7 @@ from kip_support import (  # noqa: E402
     wait_until,
 )
 from scenario_support import unique
+from txn_key_scenarios import SCENARIOS  # noqa: E402
 
 from kipproducer import Producer
 from kipproducer.errors import KEY_ABSENT, KEY_OFFSET_MISMATCH, KeyConditionKafkaError
@@ -107,6 +112,14 @@ def test_absent_present_and_racing_writers(kafka3: KafkaCluster) -> None:
     assert acct == [(created, b"open"), (winner[2], acct[1][1])]
     for i in range(writers):
         assert [v for _, k, v in log if k == b"own-%d" % i] == [b"x", b"y"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_key_conditions_inside_a_transaction(kafka3: KafkaCluster, scenario) -> None:
+    """The Producer's own transaction (a producer group's exactly-once member is one):
+    txn_key_scenarios.py, each read checked by librdkafka and Kafka's Java consumer."""
+    scenario(kafka3.bootstrap, kafka3.unique_topic("keycond-txn", config=KEEP),
+             lambda topic: read_both(kafka3, topic, 1)[0])
 
 
 def test_a_stale_condition_refuses_the_whole_batch(kafka3: KafkaCluster) -> None:

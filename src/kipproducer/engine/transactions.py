@@ -183,6 +183,21 @@ class TransactionManager:
 
     # ---- the blocking calls (caller's thread) -------------------------------------------------
 
+    def records_failed(self, record_count: int, error: KafkaError) -> None:
+        """Records of this transaction failed on the client's side (the stock emulation's key
+        conditions: refused against its index, or landed where the index did not end): as a
+        failed batch whose records reached the log or never left, the transaction must be
+        aborted (no epoch bump: no sequence was lost)."""
+        machine = self.machine
+        self._run(self._on_loop(lambda: self._apply(
+            machine.batch_failed(record_count, False, error))), self._deadline(None),
+            "a failed key condition")
+
+    def holds(self, topic: str, partition: int) -> bool:
+        """Whether the open transaction has (or is adding) the partition."""
+        key = (topic, partition)
+        return key in self.machine.registered or key in self.machine.wanted
+
     def init(self, timeout: float | None) -> None:
         self.require(TxnState.INIT)
         deadline = self._deadline(timeout)

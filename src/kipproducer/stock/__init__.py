@@ -8,6 +8,7 @@ transactions (docs/stock-clusters.md).
 * :mod:`.log_ends`: a partition's log end and last stable offset, as a reader sees them.
 * :mod:`.rows`: a call's records as columns, and where their reports go.
 * :mod:`.emulation`: the writer the Producer hands emulated calls to.
+* :mod:`.txn_keys`: key conditions inside the Producer's own transaction.
 """
 
 from .probe import EmulationUnsupported, probe_cluster

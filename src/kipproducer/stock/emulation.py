@@ -45,6 +45,7 @@ from .log_ends import ConsumerLogEnds, LogEnds, log_ends_reader
 from .plan import FILLER_HEADER, Action, Step, gap_steps, plan_runs
 from .probe import probe_cluster
 from .rows import FailedRecord, Rows, bulk_columns, slice_parts
+from .txn_keys import PartitionTxnKeys
 
 log = logging.getLogger("kipproducer.stock")
 
@@ -199,6 +200,9 @@ class Emulation:
         # kip.emulation.key.index.topic and its partition count (None: not yet asked)
         self._key_index_topic = key_index_topic
         self._key_index_partitions: int | None = None
+        # key conditions inside the Producer's own open transaction, per partition
+        # (txn_keys.py): what the transaction wrote there through them
+        self._txn_keys: dict[tuple[str, int], PartitionTxnKeys] = {}
         #: conditional appends aborted because another writer's record landed first (each
         #: is followed by a re-read of the index and a new check)
         self.key_retries = 0
@@ -349,6 +353,84 @@ class Emulation:
                 topic, partition, keys, expected, err.code(), f"expected_key_offset=: "
                 f"{err.str()}", retriable=err.retriable())]
         self._report(parts, outcomes)
+
+    def txn_key_conditional(self, topic: str, partition: int, parts: list[Rows],
+                            expected: list[int | None], partitions: int, *,
+                            touched: bool) -> int | KafkaError:
+        """A call's records of one partition, some with a key condition, inside the caller's
+        own open transaction (txn_keys.py): checked against the partition's key index as the
+        transaction sees it (its own earlier records first). Returns the offset they must
+        land at, from which the caller appends them to its transaction; or, when refused,
+        the error that fails the transaction (nothing was written, and the records' reports
+        are queued here). ``touched``: the transaction already holds records of the
+        partition (written outside calls with key conditions)."""
+        key = (topic, partition)
+        keys = [part.row(i)[0] for part in parts for i in range(len(part))]
+        tombstones = [v is None for part in parts for v in part.values]
+        self.probe()
+        try:
+            outcome = self._txn_key_check(key, keys, expected, partitions, touched)
+        except KafkaException as exc:
+            err = exc.args[0]
+            outcome = key_index.batch_failed(topic, partition, keys, expected, err.code(),
+                                             f"expected_key_offset=: {err.str()}",
+                                             retriable=err.retriable())
+        if isinstance(outcome, PartitionTxnKeys):
+            return outcome.take(keys, tombstones)
+        self._report(parts, [(e, None) for e in outcome])
+        return next((e for e in outcome if e.code() == ec.KEY_OFFSET_MISMATCH), outcome[0])
+
+    def _txn_key_check(self, key: tuple[str, int], keys: list, expected: list[int | None],
+                       partitions: int, touched: bool) -> PartitionTxnKeys | list:
+        topic, partition = key
+        tracked = self._txn_keys.get(key)
+        if tracked is None:
+            if touched:
+                return key_index.batch_failed(
+                    topic, partition, keys, expected, KafkaError._STATE,
+                    "this transaction already wrote to the partition outside calls with key "
+                    "conditions, so its key index cannot be read now (the transaction's own "
+                    "records are undecided); in a transaction, a partition's first key "
+                    "condition comes before its other records")
+            self._key_topic_aging(topic)  # (refuses a topic that can age a key out)
+            # (always looked at: a record appended since would fail the caller's whole
+            # transaction, where outside one it only costs a try of the writer's own)
+            index = self._key_index(key)
+            tracked = self._txn_keys[key] = PartitionTxnKeys(index, index.covered)
+        now = self._reader().partition_count(topic)
+        pinned = self._key_partitions.setdefault(topic, tracked.index.partitions or partitions)
+        if not pinned == partitions == now:
+            return [e for e, _ in _count_changed(topic, partition, keys, expected, pinned, now,
+                                                 partitions)]
+        aging = self._key_topics_aging.get(topic, False)
+        checks = [(i, key_index.key_bytes(k), e)
+                  for i, (k, e) in enumerate(zip(keys, expected, strict=True)) if e is not None]
+        wrong = key_index.conflicts(tracked, checks,
+                                    self._reader().log_start(topic, partition) if aging else 0)
+        if wrong:
+            return key_index.record_errors(topic, partition, keys, expected, wrong)
+        return tracked
+
+    def txn_ended(self, *, committed: bool) -> None:
+        """The caller's transaction ended: a commit puts its answers in the key indexes (once
+        its marker is in the log, as after the writer's own commits); an abort leaves them
+        as they were, to be read past the aborted records at the next look."""
+        held, self._txn_keys = self._txn_keys, {}
+        for key, tracked in held.items():
+            index = tracked.index
+            index.at_end = False
+            if not committed or not tracked.count:
+                continue
+            last = tracked.committed()
+            index.covered = last + 1
+            try:
+                end = self._wait_marker(key, last)
+            except KafkaException as exc:  # committed all the same: the next look reads on
+                log.warning("key conditions: the commit marker in %s[%d] not seen: %s",
+                            key[0], key[1], exc.args[0].str())
+                continue
+            if end == last + 2:
+                index.covered, index.at_end = last + 2, True
 
     def _key_conditional(self, key: tuple[str, int], parts: list[Rows], keys: list,
                          expected: list[int | None], partitions: int) -> list:

@@ -21,6 +21,7 @@ from ..protocol.wire_extensions import FEATURE_PRODUCE_CONDITIONAL, FEATURE_PROD
 from .emulation import Emulation, EngineTransactions
 from .probe import EmulationUnsupported
 from .rows import Rows, Sink
+from .txn_keys import LandingCheck  # noqa: F401 - the Producer takes it from here
 
 log = logging.getLogger("kipproducer.stock")
 #: The longest the emulation waits for an acknowledgement, a marker or a decided transaction.
@@ -247,8 +248,25 @@ def key_conditional(emulation: Emulation, topic: str, partition: int, group: lis
                     target: Any, partitions: int) -> None:
     """One partition's records of a call with key conditions (rows: partition, key, value,
     headers, timestamp, expected key offset or None / NO_KEY_CONDITION, report target or
-    None for ``target``), partitioned with ``partitions``: as columns, one part per run of
-    records with the same report target."""
+    None for ``target``), partitioned with ``partitions``."""
+    parts, expected = _key_parts(topic, partition, group, target)
+    emulation.key_conditional(topic, partition, parts, expected, partitions)
+
+
+def txn_key_conditional(emulation: Emulation, topic: str, partition: int, group: list[tuple],
+                        target: Any, partitions: int, touched: bool) -> int | KafkaError:
+    """key_conditional inside the Producer's own open transaction (Emulation.
+    txn_key_conditional): the offset the records must land at, or the error that fails
+    the transaction."""
+    parts, expected = _key_parts(topic, partition, group, target)
+    return emulation.txn_key_conditional(topic, partition, parts, expected, partitions,
+                                         touched=touched)
+
+
+def _key_parts(topic: str, partition: int, group: list[tuple],
+               target: Any) -> tuple[list[Rows], list[int | None]]:
+    """The rows as columns, one part per run of records with the same report target, and
+    each record's condition (None: none)."""
     import numpy as np
 
     parts: list[Rows] = []
@@ -273,7 +291,7 @@ def key_conditional(emulation: Emulation, topic: str, partition: int, group: lis
         wanted = row[5]
         expected.append(None if wanted is None or wanted < -1 else int(wanted))
     close_run()
-    emulation.key_conditional(topic, partition, parts, expected, partitions)
+    return parts, expected
 
 
 def _first_failure(outcome: list) -> KafkaError | None:

@@ -17,7 +17,7 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from confluent_kafka import KafkaError, KafkaException
@@ -164,7 +164,14 @@ def read_committed(connection: Mapping[str, Any], topic: str, partition: int, st
         reader.close()
 
 
-def conflicts(index: PartitionKeys, checks: list[tuple[int, bytes, int]],
+class KeyAnswers(Protocol):
+    """What a condition is checked against: a PartitionKeys, or an open transaction's view
+    of one (txn_keys.PartitionTxnKeys)."""
+
+    def answer(self, key: bytes) -> int: ...
+
+
+def conflicts(index: KeyAnswers, checks: list[tuple[int, bytes, int]],
               log_start: int = 0) -> dict[int, int]:
     """record index -> the key's actual last offset, for every condition that fails (a last
     record below ``log_start``, deleted by retention, is absent)."""
