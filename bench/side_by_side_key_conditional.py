@@ -761,6 +761,10 @@ def child(args) -> None:
     print(json.dumps(out))
 
 
+def rate_of(run: dict) -> float:
+    return run["records"] / run["seconds"]
+
+
 def rate_cell(runs: list[dict]) -> tuple[float, float, float]:
     """Median records/s, client CPU and server CPU in microseconds per record."""
     n = runs[0]["records"]
@@ -936,6 +940,16 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
                 ratio = statistics.median(ratios)
                 lines.append(f"Issue 44's target, {SYSTEMS[system]} >= {target:g}x JetStream "
                              "(the best lane over publish_async within each round: "
+                             + ", ".join(f"{x:.2f}x" for x in ratios) + f"): median "
+                             f"{ratio:.2f}x ({'met' if ratio >= target else 'NOT met'}).")
+                if not args.writers:
+                    continue
+                ratios = [rate_of(run) / rate_of(theirs) for run, theirs in
+                          zip(results[(system, "writers")], results[("nats", "writers")],
+                              strict=True)]
+                ratio = statistics.median(ratios)
+                lines.append(f"The same with {args.writers} writers ({WRITERS_LANE[system]} "
+                             "over publish_async within each round: "
                              + ", ".join(f"{x:.2f}x" for x in ratios) + f"): median "
                              f"{ratio:.2f}x ({'met' if ratio >= target else 'NOT met'}).")
     if conflicts:
