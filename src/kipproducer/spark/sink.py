@@ -32,6 +32,7 @@ import numpy as np
 # pyspark is there: the package refuses to import without it (__init__.py)
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+from ..errors import KEY_OFFSET_MISMATCH, NO_KEY_CONDITION
 from .ledger import DEFAULT_STATE_TOPIC, Ledger
 from .options import OptionError, connection, kafka_properties, lower_keys, parse_int
 from .twophase import OpenTransaction, settle
@@ -42,7 +43,10 @@ TRANSACTIONAL, ORDERED, OFFSETS = "transactional", "ordered", "offsets"
 MODES = (TRANSACTIONAL, ORDERED, OFFSETS)
 #: Kafka's default transaction.max.timeout.ms: the open transactions must outlast the job.
 DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
-_KNOWN = ("key", "value", "topic", "partition", "headers", "timestamp", "offset")
+_KNOWN = ("key", "value", "topic", "partition", "headers", "timestamp", "offset",
+          "expected_key_offset")
+#: The per-key mode's column (docs/spark.md): each row's expected_key_offset (null: none).
+KEY_CONDITION_COLUMN = "expected_key_offset"
 
 
 def report_committed(what: str, messages: list[Any], transactions: int) -> None:
@@ -88,6 +92,12 @@ class WriteOptions:
         if self.mode == OFFSETS and not {"offset", "partition"} <= set(self.columns):
             raise OptionError("kip.mode=offsets writes each record at its offset: the "
                               "DataFrame needs 'offset' and 'partition' columns")
+        self.key_conditions = KEY_CONDITION_COLUMN in self.columns
+        if self.key_conditions and (self.mode != TRANSACTIONAL or self.topic is None):
+            raise OptionError(f"an '{KEY_CONDITION_COLUMN}' column (per-key conditions) is "
+                              "for the transactional sink writing to the topic of the option "
+                              f"'topic' (kip.mode={self.mode}"
+                              f"{'' if self.topic is not None else ', no topic option'})")
         if self.mode != OFFSETS and "offset" in self.columns:
             raise OptionError(f"an 'offset' column is only for kip.mode=offsets, not "
                               f"{self.mode}")
@@ -180,6 +190,10 @@ class _Rows:
         offset = col.get("offset")
         self.offsets = (None if offset is None else
                         offset.cast(pa.int64()).to_numpy(zero_copy_only=False))
+        expected = col.get(KEY_CONDITION_COLUMN)
+        self.expected_keys = (None if expected is None else
+                              expected.cast(pa.int64()).fill_null(NO_KEY_CONDITION)
+                              .to_numpy(zero_copy_only=False))
         if wo.topic is not None:
             self.topics = None
             self.topic = wo.topic
@@ -203,12 +217,39 @@ class _Rows:
 
         if rows is None:
             return {"values": self.values, "keys": self.keys,
-                    "headers": _headers(self.headers), "timestamps": self.timestamps}
+                    "headers": _headers(self.headers), "timestamps": self.timestamps,
+                    "expected_key_offsets": self.expected_keys}
         index = pa.array(rows)
         return {"values": self.values.take(index),
                 "keys": None if self.keys is None else self.keys.take(index),
                 "headers": None if self.headers is None else _headers(self.headers.take(index)),
-                "timestamps": None if self.timestamps is None else self.timestamps[rows]}
+                "timestamps": None if self.timestamps is None else self.timestamps[rows],
+                "expected_key_offsets": (None if self.expected_keys is None
+                                         else self.expected_keys[rows])}
+
+    def one_batch_pieces(self, rows: np.ndarray | None, size_limit: int,
+                         count_limit: int) -> Iterator[np.ndarray]:
+        """``rows`` (all when None) in pieces that fit one Kafka batch each, whatever their
+        partitions: a call's records with key conditions of one partition must (the
+        transaction keeps the pieces together)."""
+        import pyarrow.compute as pc
+
+        index = np.arange(self.n) if rows is None else rows
+        sizes = 32 + pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False)
+        if self.keys is not None:
+            sizes = sizes + pc.binary_length(self.keys).fill_null(0).to_numpy(
+                zero_copy_only=False)
+        if self.headers is not None:
+            sizes = sizes + np.array([sum(10 + len(k) + len(v or b"") for k, v in h or [])
+                                      for h in _headers(self.headers) or []], np.int64)
+        start, used = 0, 61
+        for i, row in enumerate(index):
+            if i > start and (i - start >= count_limit or used + sizes[row] > size_limit):
+                yield index[start:i]
+                start, used = i, 61
+            used += int(sizes[row])
+        if start < len(index):
+            yield index[start:]
 
 
 class _Failures:
@@ -218,7 +259,9 @@ class _Failures:
         self.first: Any = None
 
     def __call__(self, err: Any, report: Any) -> None:
-        if err is not None and self.first is None:
+        # a refused key condition before the records refused only with it
+        if err is not None and (self.first is None or (
+                err.code() == KEY_OFFSET_MISMATCH != self.first.code())):
             self.first = err
 
     def check(self, what: str) -> None:
@@ -266,7 +309,11 @@ def write_transactional(wo: WriteOptions, batches: Iterator[Any], *,
                 producer.begin_transaction()
             rows = _Rows(batch, wo)
             for topic, index in rows.groups():
-                _send_any_partition(producer, topic, rows, index, failures)
+                if rows.expected_keys is None:
+                    _send_any_partition(producer, topic, rows, index, failures)
+                    continue
+                for piece in rows.one_batch_pieces(index, *_one_batch(wo.props)):
+                    _send_any_partition(producer, topic, rows, piece, failures)
             records += rows.n
         if producer is None:
             return Message(0)
@@ -288,6 +335,15 @@ def write_transactional(wo: WriteOptions, batches: Iterator[Any], *,
     finally:
         if producer is not None:
             producer.close()
+
+
+def _one_batch(props: Mapping[str, Any]) -> tuple[int, int]:
+    """The bytes and records one Kafka batch of the sink's producer may hold."""
+    from .. import client_config
+
+    size = min(int(client_config.value(props, "batch.size")),
+               int(client_config.value(props, "message.max.bytes")))
+    return size, int(client_config.value(props, "batch.num.messages"))
 
 
 def _send_any_partition(producer: Any, topic: str, rows: _Rows, index: np.ndarray | None,
@@ -551,11 +607,38 @@ def _require_topic(props: Mapping[str, Any], topic: str) -> None:
             "kipproducer.spark.backfill create it)")
 
 
+def _require_native_key_conditions(props: Mapping[str, Any], topic: str | None) -> None:
+    """Per-key conditions in the sink need the brokers' own check: emulated (a stock
+    cluster), a task's first condition on a partition waits until every transaction of the
+    partition is decided, and the other tasks' transactions stay open until the driver
+    commits them all."""
+    from ..protocol.wire_extensions import FEATURE_PRODUCE_KEY_CONDITIONAL
+    from .driver_client import driver_client
+
+    assert topic is not None  # (WriteOptions requires the option with the column)
+    client = driver_client(props)
+    try:
+        if client.partition_counts([topic]).get(topic) is None:
+            raise OptionError(f"topic {topic!r} does not exist")
+        if client.leaders_lacking(topic, FEATURE_PRODUCE_KEY_CONDITIONAL):
+            raise OptionError(
+                f"an '{KEY_CONDITION_COLUMN}' column needs brokers that check key conditions "
+                f"themselves (kip.produce.key.conditional); those of {topic!r} do not, and "
+                "emulated conditions cannot go into the sink's transactions: a task's first "
+                "condition on a partition waits for every open transaction of it, and the "
+                "other tasks' stay open until the driver commits them all; append them "
+                "with kipproducer.Producer, where they are emulated")
+    finally:
+        client.close()
+
+
 class KipWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def __init__(self, options: Mapping[str, str], columns: list[str]) -> None:
         self.wo = WriteOptions(options, columns)
         if self.wo.mode == OFFSETS and self.wo.topic is not None:
             _require_topic(self.wo.props, self.wo.topic)
+        if self.wo.key_conditions:
+            _require_native_key_conditions(self.wo.props, self.wo.topic)
         if self.wo.write_id is not None:
             ledger = self._ledger()
             ledger.state.ensure_topic()
