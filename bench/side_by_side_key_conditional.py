@@ -113,7 +113,10 @@ PRODUCER_CONFIG = {"acks": "all", "enable.idempotence": True, "linger.ms": 5}
 # delete it, docs/per-key-conditional.md)
 TOPIC_CONFIG = {"retention.ms": "-1"}
 EXPECTED_HEADER = "Nats-Expected-Last-Subject-Sequence"
-NATS_WRONG_LAST = 10071  # JetStream's "wrong last sequence" error code
+NATS_WRONG_LAST = 10071  # JetStream's "wrong last sequence: N" error code
+# ... and "wrong last sequence" without N: a clustered stream's leader refusing a publish while
+# another one on the subject is still being replicated
+NATS_WRONG_LAST_PENDING = 10164
 NATS_ABSENT = 0  # the header's "the subject has no message"
 
 
@@ -523,6 +526,16 @@ def kip_conflict(system: str, bootstrap: str, topic: str, writer: int, keys: int
     return outcome
 
 
+async def nats_last_seq(js, stream: str, subject: str) -> int:
+    """The sequence of the subject's last message (NATS_ABSENT: none)."""
+    from nats.js.errors import NotFoundError
+
+    try:
+        return (await js.get_last_msg(stream, subject)).seq
+    except NotFoundError:
+        return NATS_ABSENT
+
+
 async def nats_conflict(address: str, stream: str, writer: int, keys: int, attempts: int,
                         ready_dir: str) -> dict:
     import nats
@@ -543,10 +556,15 @@ async def nats_conflict(address: str, stream: str, writer: int, keys: int, attem
         except APIError as exc:
             found = re.search(r"wrong last sequence: (\d+)", exc.description or "")
             if exc.err_code == NATS_WRONG_LAST and found:
-                outcome["refusals"].append((i, known[i], int(found.group(1))))
-                known[i] = int(found.group(1))
+                actual = int(found.group(1))
+            elif exc.err_code == NATS_WRONG_LAST_PENDING:
+                # refused without the sequence: the subject's last message, once stored
+                actual = await nats_last_seq(js, stream, subjects[i])
             else:
                 outcome["errors"].append(f"attempt {a}: {exc}")
+                continue
+            outcome["refusals"].append((i, known[i], actual))
+            known[i] = actual
             continue
         outcome["successes"].append((i, ack.seq, value.decode()))
         known[i] = ack.seq
