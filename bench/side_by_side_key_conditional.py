@@ -996,10 +996,8 @@ def report(args, systems: list[str], bench: Bench, rounds: int, results: dict,
                 against = SYSTEMS[peer].replace("NATS ", "")
                 # within each round (its lanes ran one after another): the system's best lane
                 # over publish_async, so drift across rounds cancels out
-                ratios = [max(results[(system, lane)][r]["records"]
-                              / results[(system, lane)][r]["seconds"] for lane in LANES[system])
-                          / (run["records"] / run["seconds"])
-                          for r, run in enumerate(nats_runs)]
+                ratios = [max(rate_of(results[(system, lane)][r]) for lane in LANES[system])
+                          / rate_of(run) for r, run in enumerate(nats_runs)]
                 ratio = statistics.median(ratios)
                 lines.append(f"Issue 44's target, {SYSTEMS[system]} >= {target:g}x {against} "
                              "(the best lane over publish_async within each round: "

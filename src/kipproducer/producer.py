@@ -121,14 +121,22 @@ def _fail_message(message: dict, code_name: str, text: str) -> None:
     message["_error"] = KafkaError(getattr(KafkaError, code_name), text)
 
 
+#: Upper bounds of a record batch's own bytes, of one record's framing and of one header's:
+#: a call's conditional records of a partition must fit one batch (_check_fits_one_batch),
+#: and the Spark sink cuts its conditional rows into pieces by the same bounds.
+BATCH_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES, HEADER_OVERHEAD_BYTES = 61, 32, 10
+
+
 def _row_bytes(row: tuple) -> int:
     """An upper bound of one conditional row's bytes in a batch (key, value, headers and the
     record's own framing)."""
     _, key, value, headers, _, _, _ = row
-    size = 32 + (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+    size = (RECORD_OVERHEAD_BYTES + (len(key) if key is not None else 0)
+            + (len(value) if value is not None else 0))
     if headers:
         pairs = headers.items() if isinstance(headers, dict) else headers
-        size += sum(10 + len(k) + (len(v) if v is not None else 0) for k, v in pairs)
+        size += sum(HEADER_OVERHEAD_BYTES + len(k) + (len(v) if v is not None else 0)
+                    for k, v in pairs)
     return size
 
 
@@ -144,7 +152,7 @@ def _check_fits_one_batch(topic: str, partition: int, group: list[tuple], batch_
                 raise ValueError(f"{topic}[{partition}]: key {key_bytes!r} is conditioned twice "
                                  "in one call; a key's condition goes on one of its records")
             seen.add(key_bytes)
-    size = 61 + sum(_row_bytes(row) for row in group)
+    size = BATCH_OVERHEAD_BYTES + sum(_row_bytes(row) for row in group)
     limit = min(batch_size, message_max_bytes)
     if len(group) > batch_num_messages or size > limit:
         raise ValueError(

@@ -234,19 +234,23 @@ class _Rows:
         transaction keeps the pieces together)."""
         import pyarrow.compute as pc
 
+        from ..producer import BATCH_OVERHEAD_BYTES, HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+
         index = np.arange(self.n) if rows is None else rows
-        sizes = 32 + pc.binary_length(self.values).fill_null(0).to_numpy(zero_copy_only=False)
+        sizes = RECORD_OVERHEAD_BYTES + pc.binary_length(self.values).fill_null(0).to_numpy(
+            zero_copy_only=False)
         if self.keys is not None:
             sizes = sizes + pc.binary_length(self.keys).fill_null(0).to_numpy(
                 zero_copy_only=False)
         if self.headers is not None:
-            sizes = sizes + np.array([sum(10 + len(k) + len(v or b"") for k, v in h or [])
+            sizes = sizes + np.array([sum(HEADER_OVERHEAD_BYTES + len(k) + len(v or b"")
+                                          for k, v in h or [])
                                       for h in _headers(self.headers) or []], np.int64)
-        start, used = 0, 61
+        start, used = 0, BATCH_OVERHEAD_BYTES
         for i, row in enumerate(index):
             if i > start and (i - start >= count_limit or used + sizes[row] > size_limit):
                 yield index[start:i]
-                start, used = i, 61
+                start, used = i, BATCH_OVERHEAD_BYTES
             used += int(sizes[row])
         if start < len(index):
             yield index[start:]
@@ -299,6 +303,7 @@ def write_transactional(wo: WriteOptions, batches: Iterator[Any], *,
     producer = None
     failures = _Failures()
     records = 0
+    one_batch = _one_batch(wo.props) if wo.key_conditions else (0, 0)
     try:
         for batch in batches:
             if not batch.num_rows:
@@ -312,7 +317,7 @@ def write_transactional(wo: WriteOptions, batches: Iterator[Any], *,
                 if rows.expected_keys is None:
                     _send_any_partition(producer, topic, rows, index, failures)
                     continue
-                for piece in rows.one_batch_pieces(index, *_one_batch(wo.props)):
+                for piece in rows.one_batch_pieces(index, *one_batch):
                     _send_any_partition(producer, topic, rows, piece, failures)
             records += rows.n
         if producer is None:

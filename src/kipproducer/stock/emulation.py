@@ -384,15 +384,15 @@ class Emulation:
                        partitions: int, touched: bool) -> PartitionTxnKeys | list:
         topic, partition = key
         tracked = self._txn_keys.get(key)
+        if tracked is None and touched:
+            return key_index.batch_failed(
+                topic, partition, keys, expected, KafkaError._STATE,
+                "this transaction already wrote to the partition outside calls with key "
+                "conditions, so its key index cannot be read now (the transaction's own "
+                "records are undecided); in a transaction, a partition's first key "
+                "condition comes before its other records")
+        aging = self._key_topic_aging(topic)  # (refuses a topic that can age a key out)
         if tracked is None:
-            if touched:
-                return key_index.batch_failed(
-                    topic, partition, keys, expected, KafkaError._STATE,
-                    "this transaction already wrote to the partition outside calls with key "
-                    "conditions, so its key index cannot be read now (the transaction's own "
-                    "records are undecided); in a transaction, a partition's first key "
-                    "condition comes before its other records")
-            self._key_topic_aging(topic)  # (refuses a topic that can age a key out)
             # (always looked at: a record appended since would fail the caller's whole
             # transaction, where outside one it only costs a try of the writer's own)
             index = self._key_index(key)
@@ -402,10 +402,7 @@ class Emulation:
         if not pinned == partitions == now:
             return [e for e, _ in _count_changed(topic, partition, keys, expected, pinned, now,
                                                  partitions)]
-        aging = self._key_topics_aging.get(topic, False)
-        checks = [(i, key_index.key_bytes(k), e)
-                  for i, (k, e) in enumerate(zip(keys, expected, strict=True)) if e is not None]
-        wrong = key_index.conflicts(tracked, checks,
+        wrong = key_index.conflicts(tracked, key_index.checks(keys, expected),
                                     self._reader().log_start(topic, partition) if aging else 0)
         if wrong:
             return key_index.record_errors(topic, partition, keys, expected, wrong)
@@ -421,22 +418,17 @@ class Emulation:
             index.at_end = False
             if not committed or not tracked.count:
                 continue
-            last = tracked.committed()
-            index.covered = last + 1
+            tracked.committed()
             try:
-                end = self._wait_marker(key, last)
+                self._covered_after_commit(key, index, tracked.last)
             except KafkaException as exc:  # committed all the same: the next look reads on
                 log.warning("key conditions: the commit marker in %s[%d] not seen: %s",
                             key[0], key[1], exc.args[0].str())
-                continue
-            if end == last + 2:
-                index.covered, index.at_end = last + 2, True
 
     def _key_conditional(self, key: tuple[str, int], parts: list[Rows], keys: list,
                          expected: list[int | None], partitions: int) -> list:
         topic, partition = key
-        checks = [(i, key_index.key_bytes(k), e)
-                  for i, (k, e) in enumerate(zip(keys, expected, strict=True)) if e is not None]
+        checks = key_index.checks(keys, expected)
         tombstones = [v is None for part in parts for v in part.values]
         producer = self._txn_producer()  # (a configured id fences its predecessor first)
         reader = self._reader()
@@ -480,17 +472,11 @@ class Emulation:
                                       partitions)
             if misplaced is None:
                 self._commit(producer)
-                last = start + len(keys) - 1
-                end = self._wait_marker(key, last)
                 for i, k in enumerate(keys):
                     index.record(k, start + i, tombstones[i])
                 if index.dirty is not None:
                     index.dirty.clear()  # (the index topic took them with the records)
-                # the commit marker follows the last record; when the log ends right after
-                # it, nothing else is there to read
-                index.covered = last + 1
-                if end == last + 2:
-                    index.covered, index.at_end = last + 2, True
+                self._covered_after_commit(key, index, start + len(keys) - 1)
                 return results
             self._abort(producer)
             if isinstance(misplaced, KafkaError):
@@ -591,15 +577,22 @@ class Emulation:
             aging = self._key_topics_aging[topic] = why is not None
         return aging
 
-    def _wait_marker(self, key: tuple[str, int], last: int) -> int:
-        """Until the marker of the transaction whose last record is at ``last`` is in; the
-        log end seen after it. (One ListOffsets a look, the log end asked once at the end:
-        on a 3-node cluster a marker takes several looks, and on a busy cluster each
-        question costs the brokers CPU.)"""
+    def _wait_marker(self, key: tuple[str, int], last: int) -> None:
+        """Until the marker of the transaction whose last record is at ``last`` is in (one
+        ListOffsets a look: on a 3-node cluster a marker takes several)."""
         reader = self._reader()
         reader.wait(f"the transaction marker in {key[0]}[{key[1]}]",
                     lambda: reader.stable_end(*key) > last, self._timeout)
-        return reader.log_end(*key)
+
+    def _covered_after_commit(self, key: tuple[str, int], index: PartitionKeys,
+                              last: int) -> None:
+        """This writer committed records up to ``last`` (in the index already): once the
+        marker is in, the index covers them, and the marker too when the log ends right
+        after it (nothing else there to read: ``at_end``)."""
+        index.covered = last + 1
+        self._wait_marker(key, last)
+        if self._reader().log_end(*key) == last + 2:
+            index.covered, index.at_end = last + 2, True
 
     def _key_index(self, key: tuple[str, int], *, trusting_at_end: bool = False
                    ) -> PartitionKeys:

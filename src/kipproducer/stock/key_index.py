@@ -164,6 +164,13 @@ def read_committed(connection: Mapping[str, Any], topic: str, partition: int, st
         reader.close()
 
 
+def checks(keys: list, expected: list[int | None]) -> list[tuple[int, bytes, int]]:
+    """(record index, key bytes, expected offset) of each record with a condition: what
+    conflicts() checks."""
+    return [(i, key_bytes(k), e) for i, (k, e) in enumerate(zip(keys, expected, strict=True))
+            if e is not None]
+
+
 class KeyAnswers(Protocol):
     """What a condition is checked against: a PartitionKeys, or an open transaction's view
     of one (txn_keys.PartitionTxnKeys)."""

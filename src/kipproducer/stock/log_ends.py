@@ -124,8 +124,7 @@ class LogEnds:
         def answer() -> int:
             try:
                 meta = asked.result(QUESTION_TIMEOUT_S * 3)[topic]
-            except (ClusterQueryError, BrokerConnectionError, OSError, TimeoutError,
-                    FutureTimeout) as exc:
+            except _QUESTION_ERRORS as exc:
                 raise KafkaException(KafkaError(
                     KafkaError._TIMED_OUT, f"emulation: metadata of {topic}: {exc}")) from None
             if meta.error_code:

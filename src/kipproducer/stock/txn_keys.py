@@ -49,18 +49,12 @@ class PartitionTxnKeys:
         self.count += len(keys)
         return first
 
-    def committed(self) -> int:
-        """The transaction committed: its answers go into the index; the offset of its last
-        record."""
-        last = self.last
+    def committed(self) -> None:
+        """The transaction committed: its answers go into the index."""
         for key, answer in self.pending.items():
-            if answer == KEY_ABSENT:
-                self.index.last.pop(key, None)
-            else:
-                self.index.last[key] = answer
+            self.index.record(key, answer, answer == KEY_ABSENT)
             if self.index.dirty is not None:
                 self.index.dirty[key] = answer
-        return last
 
     @property
     def last(self) -> int:
