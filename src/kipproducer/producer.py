@@ -538,14 +538,11 @@ class Producer(confluent_kafka.Producer):
         txn = self._txn
         assert txn is not None
         emulation = self._emulation_or_start()
-        acc = self._engine_or_start().acc
+        engine = self._engine_or_start()
         checked: dict[int, list[tuple]] = {}
         for part, group in groups.items():
-            state = acc.partition_state(topic, part)
-            touched = (txn.holds(topic, part) or state.open_records > 0
-                       or state.ready_batches > 0)
             start = _stock.txn_key_conditional(emulation, topic, part, group, target, total,
-                                               touched)
+                                               engine.holds_records(topic, part))
             if isinstance(start, KafkaError):
                 txn.records_failed(len(group), start)
                 continue

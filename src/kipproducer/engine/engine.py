@@ -315,6 +315,22 @@ class Engine:
             self.check()
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
+    def holds_records(self, topic: str, partition: int) -> bool:
+        """Whether records of the partition are still the engine's (appended, waiting to be
+        sent, out or failed) or, in a transaction, the partition is in it. Asked on the
+        sender's loop: there no batch is between the accumulator and its partition's send
+        state, and none is sent before the transaction has the partition."""
+        async def ask() -> bool:
+            with self.lock:
+                state = self.acc.partition_state(topic, partition)
+                if state.open_records or state.ready_batches:
+                    return True
+            sender = self._partitions.get((topic, partition))
+            if sender is not None and (sender.pending or sender.in_flight or sender.failed):
+                return True
+            return self.txn is not None and self.txn.holds(topic, partition)
+        return self.call(ask())
+
     def known_partition_count(self, topic: str) -> int | None:
         """The partition count of ``topic`` if its metadata is known and fresh (within
         topic.metadata.refresh.interval.ms), without asking the sender thread; else None."""
