@@ -38,12 +38,6 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1   # FindCoordinator key types
 # CONCURRENT_TRANSACTIONS clears within milliseconds (the previous EndTxn completing): asked
 # again sooner than other retries.
 CONCURRENT_BACKOFF_S = 0.02
-# AddPartitionsToTxn, a transaction's first request, meets it whenever a transaction follows
-# the previous one's commit at once (the coordinator still writing its markers: a few ms on 3
-# nodes): asked again after 2 ms, then twice as long each time up to CONCURRENT_BACKOFF_S
-# (measured: one such answer per transaction on a 3-node Kafka, which the fixed 20 ms made
-# the largest part of an emulated key-conditional call).
-CONCURRENT_FIRST_BACKOFF_S = 0.002
 # AddPartitionsToTxn's retriable answers wait this long (librdkafka's fixed 500 ms).
 ADD_PARTITIONS_BACKOFF_S = 0.5
 
@@ -232,9 +226,6 @@ class TxnMachine:
         # every partition's sequence (a failed batch left a hole, or the broker lost us).
         self.needs_epoch_bump = False
         self.failed_records = 0
-        # CONCURRENT_TRANSACTIONS answers to this transaction's AddPartitionsToTxn so far (each
-        # asks again twice as late, from CONCURRENT_FIRST_BACKOFF_S)
-        self.concurrent_answers = 0
         # Transactions V2 (speaks_v2): a partition joins the transaction with its first
         # Produce (the leader adds it), EndTxn bumps the epoch. None until decided (the first
         # InitProducerId or EndTxn, on the coordinator's ApiVersions).
@@ -316,7 +307,6 @@ class TxnMachine:
         self.maybe_registered = False
         self.failed_records = 0
         self.error = None
-        self.concurrent_answers = 0
 
     def initialised(self) -> None:
         """init_transactions() got its producer id."""
@@ -464,12 +454,8 @@ class TxnMachine:
                 if abortable is None or abortable.code() == ec.OPERATION_NOT_ATTEMPTED:
                     abortable = KafkaError(code, text)
                 continue
-            if code == ec.CONCURRENT_TRANSACTIONS:
-                backoff = min(CONCURRENT_FIRST_BACKOFF_S * 2 ** self.concurrent_answers,
-                              CONCURRENT_BACKOFF_S)
-                self.concurrent_answers += 1
-            else:
-                backoff = ADD_PARTITIONS_BACKOFF_S
+            backoff = (CONCURRENT_BACKOFF_S if code == ec.CONCURRENT_TRANSACTIONS
+                       else ADD_PARTITIONS_BACKOFF_S)
             retry = Retry(text, backoff, action is Action.COORDINATOR)
         if abortable is not None:
             return Outcome(effects=self.fail_abortable(
